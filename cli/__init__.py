@@ -1,0 +1,1 @@
+"""The `attserve` command line."""

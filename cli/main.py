@@ -1,0 +1,44 @@
+"""`attserve` CLI: one command per step of the pipeline.
+
+Each command lives beside the code it drives (`training/commands.py`, `export/commands.py`,
+`service/commands.py`, `bench/commands.py`) and those modules import nothing heavy at
+import time, so `attserve serve` never loads torch and `--help` is instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="attserve",
+    help="Train, export and serve attentive-convolution text classifiers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# module -> the functions in it that become commands (command name = function name, _ -> -)
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "training.commands": ("data", "train", "evaluate", "baseline"),
+    "export.commands": ("export",),
+    "service.commands": ("serve",),
+    "bench.commands": ("bench",),
+}
+
+for module_name, names in COMMAND_MODULES.items():
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:  # a module not written yet, or an extra not installed
+        if exc.name != module_name:
+            raise
+        continue
+    for name in names:
+        fn = getattr(module, name, None)
+        if fn is not None:
+            app.command(name.replace("_", "-"))(fn)
+
+
+if __name__ == "__main__":
+    app()

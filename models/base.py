@@ -1,0 +1,183 @@
+"""What every network shares: the three tasks' input/output contract, the base class, the
+registry that builds a network from a name and a config, and the ids-only wrapper that ONNX
+export uses.
+
+Tasks (the service's endpoints) and the tensors they take, pad id 0:
+
+    classification  input_ids (B, L)                                  -> logits (B, C)
+    entailment      premise_ids (B, Lp), hypothesis_ids (B, Lh)       -> logits (B, C)
+    verification    claim_ids (B, Lc), evidence_ids (B, K, Le)        -> logits (B, C),
+                                                                         evidence_scores (B, K)
+
+A network's `forward` takes each ids tensor followed by its boolean mask (True = token):
+`forward(input_ids, input_mask)`, `forward(premise_ids, premise_mask, hypothesis_ids,
+hypothesis_mask)`, `forward(claim_ids, claim_mask, evidence_ids, evidence_mask)`.
+Verification networks return `(logits, evidence_scores)`; evidence_scores is a distribution
+over the valid evidence slots of each example (zeros on padded slots).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.layers import padding_mask
+
+PAD_ID = 0
+
+
+@dataclass
+class NetworkConfig:
+    """Fields every family's config has. Family configs subclass this (all fields defaulted)."""
+
+    task: str = "classification"
+    vocab_size: int = 1000
+    num_labels: int = 2
+    embedding_dim: int = 50
+    dropout: float = 0.1
+    label_smoothing: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    inputs: tuple[str, ...]  # ids tensors, in forward order
+    input_ranks: tuple[int, ...]  # 2 for (B, L), 3 for (B, K, L)
+    outputs: tuple[str, ...]
+
+
+TASKS: dict[str, TaskSpec] = {
+    "classification": TaskSpec("classification", ("input_ids",), (2,), ("logits",)),
+    "entailment": TaskSpec("entailment", ("premise_ids", "hypothesis_ids"), (2, 2), ("logits",)),
+    "verification": TaskSpec(
+        "verification", ("claim_ids", "evidence_ids"), (2, 3), ("logits", "evidence_scores")
+    ),
+}
+
+
+class TextClassifier(nn.Module):
+    """Base class of every network. Subclasses set `config_class` and implement `forward`."""
+
+    config_class: ClassVar[type]
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        if config.task not in TASKS:
+            raise ValueError(f"unknown task {config.task!r}; expected one of {sorted(TASKS)}")
+        self.config = config
+
+    @property
+    def task(self) -> TaskSpec:
+        return TASKS[self.config.task]
+
+    def logits_from_ids(self, *ids: torch.Tensor) -> torch.Tensor:
+        """Logits for ids tensors in task order, masks derived from the pad id."""
+        out = self._forward_ids(*ids)
+        return out[0] if isinstance(out, tuple) else out
+
+    def _forward_ids(self, *ids: torch.Tensor):
+        args: list[torch.Tensor] = []
+        for t in ids:
+            args.extend((t, padding_mask(t, PAD_ID)))
+        return self(*args)
+
+    def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, logits) for one batch. Families with an auxiliary loss (ACT's center loss)
+        override this; everything else is plain cross-entropy."""
+        logits = self.logits_from_ids(*ids)
+        smoothing = float(getattr(self.config, "label_smoothing", 0.0))
+        return F.cross_entropy(logits, labels, label_smoothing=smoothing), logits
+
+    def embedding_layers(self) -> list[nn.Embedding]:
+        """Word-embedding tables, so training can initialise them from GloVe."""
+        return [m for m in self.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == self.config.vocab_size]
+
+
+class IdsOnly(nn.Module):
+    """Wraps a network so its inputs are the ids tensors alone (masks computed in-graph from
+    the pad id). This is the graph that export writes and the service feeds."""
+
+    def __init__(self, network: TextClassifier) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, *ids: torch.Tensor):
+        return self.network._forward_ids(*ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry: architecture name -> (network class, config overrides that define the name)
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    network: type[TextClassifier]
+    preset: dict[str, Any]
+    tasks: tuple[str, ...]
+    description: str
+
+
+_REGISTRY: dict[str, Architecture] = {}
+
+
+def register(name: str, *, tasks: tuple[str, ...], description: str, **preset: Any) -> Callable[[type], type]:
+    """Class decorator: `@register("attconv-light", tasks=(...), variant="light")`.
+    May be stacked to register several names for one class."""
+
+    def wrap(cls: type[TextClassifier]) -> type[TextClassifier]:
+        if name in _REGISTRY:
+            raise ValueError(f"architecture {name!r} registered twice")
+        _REGISTRY[name] = Architecture(name, cls, dict(preset), tasks, description)
+        return cls
+
+    return wrap
+
+
+def _ensure_loaded() -> None:
+    # Import the family modules so their @register decorators run.
+    import models.abcnn  # noqa: F401
+    import models.act  # noqa: F401
+    import models.attconv  # noqa: F401
+
+
+def architectures() -> dict[str, Architecture]:
+    _ensure_loaded()
+    return dict(_REGISTRY)
+
+
+def make_config(name: str, **overrides: Any) -> Any:
+    """The config of architecture `name` with `overrides` applied (unknown keys rejected)."""
+    arch = architectures().get(name)
+    if arch is None:
+        raise KeyError(f"unknown architecture {name!r}; known: {sorted(_REGISTRY)}")
+    values = {**arch.preset, **overrides}
+    cls = arch.network.config_class
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TypeError(f"{name}: unknown config fields {unknown}; known: {sorted(known)}")
+    config = cls(**values)
+    if config.task not in arch.tasks:
+        raise ValueError(f"{name} does not do task {config.task!r}; it does {list(arch.tasks)}")
+    return config
+
+
+def build_network(name: str, **overrides: Any) -> TextClassifier:
+    return architectures()[name].network(make_config(name, **overrides))
+
+
+def config_to_dict(name: str, config: Any) -> dict[str, Any]:
+    """JSON-ready description that `network_from_dict` rebuilds the network from."""
+    return {"architecture": name, "config": dataclasses.asdict(config)}
+
+
+def network_from_dict(payload: dict[str, Any]) -> TextClassifier:
+    name = payload["architecture"]
+    config = dict(payload["config"])
+    # JSON turns tuples into lists; dataclass fields accept either.
+    return build_network(name, **config)

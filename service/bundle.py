@@ -1,0 +1,155 @@
+"""The model bundle: a directory with `model.onnx`, `tokenizer.json` and `config.json`.
+
+`BundleConfig` is the one schema of config.json: export writes it, the service reads it.
+`load_bundle` refuses a bundle whose files are missing, whose checksums do not match, or
+whose labels do not match the model's output width, with a message naming the file.
+Nothing here unpickles: config is JSON, weights are ONNX protobuf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "config.json"
+FORMAT_VERSION = 1
+
+Task = Literal["classification", "entailment", "verification"]
+
+# ids inputs each task's graph takes, in order (mirrors models.base.TASKS, which service may
+# not import).
+TASK_INPUTS: dict[str, tuple[str, ...]] = {
+    "classification": ("input_ids",),
+    "entailment": ("premise_ids", "hypothesis_ids"),
+    "verification": ("claim_ids", "evidence_ids"),
+}
+TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "classification": ("logits",),
+    "entailment": ("logits",),
+    "verification": ("logits", "evidence_scores"),
+}
+
+
+class BundleError(Exception):
+    """A bundle that cannot be served; the message names the file at fault."""
+
+
+class Parity(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_abs_diff: float
+    argmax_mismatches: int
+    examples: int
+    batch_sizes: list[int] = Field(default_factory=list)
+
+
+class BundleConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    format_version: int = FORMAT_VERSION
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    version: str
+    task: Task
+    architecture: str
+    description: str = ""
+    labels: list[str] = Field(min_length=2)
+    inputs: list[str]
+    outputs: list[str]
+    # Max tokens per text for each ids input; longer texts are truncated by the service.
+    max_lengths: dict[str, int]
+    # Verification only: the most evidence sentences one claim may carry.
+    max_evidence: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    data_checksums: dict[str, str] = Field(default_factory=dict)
+    parity: Parity | None = None
+    opset: int
+    onnx_version: str
+    onnxruntime_version: str
+    torch_version: str | None = None
+    model_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tokenizer_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "BundleConfig":
+        if self.format_version != FORMAT_VERSION:
+            raise ValueError(f"format_version {self.format_version} is not supported (expected {FORMAT_VERSION})")
+        if tuple(self.inputs) != TASK_INPUTS[self.task]:
+            raise ValueError(f"inputs {self.inputs} do not match task {self.task} {list(TASK_INPUTS[self.task])}")
+        if tuple(self.outputs) != TASK_OUTPUTS[self.task]:
+            raise ValueError(f"outputs {self.outputs} do not match task {self.task} {list(TASK_OUTPUTS[self.task])}")
+        missing = [n for n in self.inputs if n not in self.max_lengths]
+        if missing:
+            raise ValueError(f"max_lengths lacks {missing}")
+        if any(v < 1 for v in self.max_lengths.values()):
+            raise ValueError("max_lengths must be >= 1")
+        if self.task == "verification" and not self.max_evidence:
+            raise ValueError("a verification bundle needs max_evidence >= 1")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels are not unique: {self.labels}")
+        return self
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    config: BundleConfig
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / MODEL_FILE
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / TOKENIZER_FILE
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_config(path: str | Path) -> BundleConfig:
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path}: not readable JSON ({exc})") from None
+    try:
+        return BundleConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise BundleError(f"{path}: invalid bundle config: {exc}") from None
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Read and verify a bundle directory (files present, checksums match)."""
+    path = Path(path)
+    config = read_config(path / CONFIG_FILE)
+    for name, expected in ((MODEL_FILE, config.model_sha256), (TOKENIZER_FILE, config.tokenizer_sha256)):
+        file = path / name
+        if not file.is_file():
+            raise BundleError(f"{file}: missing")
+        actual = sha256_file(file)
+        if actual != expected:
+            raise BundleError(f"{file}: sha256 {actual} does not match config.json ({expected}); the file was altered")
+    return Bundle(path, config)
+
+
+def check_output_width(bundle: Bundle, width: int | str | None) -> None:
+    """Reject a bundle whose labels do not match the graph's logits width."""
+    if isinstance(width, int) and width != len(bundle.config.labels):
+        raise BundleError(
+            f"{bundle.path / CONFIG_FILE}: {len(bundle.config.labels)} labels {bundle.config.labels} "
+            f"but {bundle.model_path} outputs {width} logits"
+        )

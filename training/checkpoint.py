@@ -1,0 +1,72 @@
+"""Checkpoints: `model.safetensors` + `config.json` + `tokenizer.json` in one directory.
+
+Never pickle: weights go through safetensors, everything else is JSON, so loading a checkpoint
+from an untrusted source cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+
+from models import TextClassifier, config_to_dict, network_from_dict
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass
+class CheckpointMeta:
+    """Everything a checkpoint records besides its weights."""
+
+    name: str  # default bundle name, e.g. "snli-attconv-advanced"
+    architecture: str
+    network: dict[str, Any]  # config_to_dict(...) payload
+    labels: list[str]
+    max_lengths: dict[str, int]  # per ids input, e.g. {"premise_ids": 64, "hypothesis_ids": 48}
+    max_evidence: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)  # e.g. {"dev": {...}, "test": {...}}
+    data_checksums: dict[str, str] = field(default_factory=dict)
+    recipe: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def task(self) -> str:
+        return self.network["config"]["task"]
+
+
+def save_checkpoint(directory: str | Path, network: TextClassifier, meta: CheckpointMeta, tokenizer_path: str | Path) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # contiguous clones: safetensors refuses shared or strided storage
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in network.state_dict().items()}
+    save_file(state, str(directory / WEIGHTS_FILE))
+    (directory / CONFIG_FILE).write_text(json.dumps(meta.__dict__, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if Path(tokenizer_path).resolve() != (directory / TOKENIZER_FILE).resolve():
+        shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
+    return directory
+
+
+def load_checkpoint(directory: str | Path) -> tuple[TextClassifier, CheckpointMeta]:
+    """Rebuild the network from config.json and load its safetensors weights (eval mode)."""
+    directory = Path(directory)
+    meta = CheckpointMeta(**json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
+    network = network_from_dict(meta.network)
+    state = load_file(str(directory / WEIGHTS_FILE))
+    network.load_state_dict(state, strict=True)
+    network.eval()
+    return network, meta
+
+
+def make_meta(name: str, network: TextClassifier, labels: list[str], **kwargs: Any) -> CheckpointMeta:
+    arch = kwargs.pop("architecture")
+    return CheckpointMeta(name=name, architecture=arch, network=config_to_dict(arch, network.config), labels=labels, **kwargs)
+
+
+__all__ = ["CheckpointMeta", "save_checkpoint", "load_checkpoint", "make_meta"]

@@ -1,0 +1,54 @@
+"""The examples readers produce and the trainer consumes, one type per task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True)
+class TextExample:  # classification
+    text: str
+    label: str
+
+
+@dataclass(frozen=True)
+class PairExample:  # entailment (premise, hypothesis)
+    premise: str
+    hypothesis: str
+    label: str
+
+
+@dataclass(frozen=True)
+class ClaimExample:  # verification (claim, evidence list)
+    claim: str
+    evidence: tuple[str, ...]
+    label: str
+
+
+Example = Union[TextExample, PairExample, ClaimExample]
+
+TASK_OF = {TextExample: "classification", PairExample: "entailment", ClaimExample: "verification"}
+
+
+def texts_of(example: Example) -> list[str]:
+    """Every text in an example (for building a vocabulary)."""
+    if isinstance(example, TextExample):
+        return [example.text]
+    if isinstance(example, PairExample):
+        return [example.premise, example.hypothesis]
+    return [example.claim, *example.evidence]
+
+
+@dataclass
+class DatasetSplits:
+    """A dataset ready for training: fixed splits, label order, and where it came from."""
+
+    name: str
+    task: str
+    labels: list[str]  # output order of the classifier
+    train: list[Example]
+    dev: list[Example]
+    test: list[Example]
+    checksums: dict[str, str] = field(default_factory=dict)  # source file -> sha256
+    description: str = ""
