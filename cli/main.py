@@ -1,6 +1,6 @@
 """`attserve` CLI: one command per step of the pipeline.
 
-Each command lives beside the code it drives (`training/commands.py`, `export/commands.py`,
+Each command lives beside the code it drives (`training/data_command.py`, `training/commands.py`, `export/commands.py`,
 `service/commands.py`, `bench/commands.py`) and those modules import nothing heavy at
 import time, so `attserve serve` never loads torch and `--help` is instant.
 """
@@ -21,7 +21,8 @@ app = typer.Typer(
 
 # module -> the functions in it that become commands (command name = function name, _ -> -)
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "training.commands": ("data", "train", "evaluate", "baseline"),
+    "training.data_command": ("data",),
+    "training.commands": ("train", "evaluate", "baseline"),
     "export.commands": ("export",),
     "service.commands": ("serve",),
     "bench.commands": ("bench",),

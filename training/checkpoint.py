@@ -6,6 +6,7 @@ from an untrusted source cannot run code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -15,10 +16,14 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 
 from models import TextClassifier, config_to_dict, network_from_dict
+from training.examples import ClaimExample, Example, PairExample, TextExample
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
+# A few hundred held-out examples kept with the checkpoint, so export can check parity on
+# real inputs without the dataset.
+EXAMPLES_FILE = "parity_examples.jsonl"
 
 
 @dataclass
@@ -41,7 +46,13 @@ class CheckpointMeta:
         return self.network["config"]["task"]
 
 
-def save_checkpoint(directory: str | Path, network: TextClassifier, meta: CheckpointMeta, tokenizer_path: str | Path) -> Path:
+def save_checkpoint(
+    directory: str | Path,
+    network: TextClassifier,
+    meta: CheckpointMeta,
+    tokenizer_path: str | Path,
+    examples: list[Example] | None = None,
+) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     # contiguous clones: safetensors refuses shared or strided storage
@@ -50,7 +61,28 @@ def save_checkpoint(directory: str | Path, network: TextClassifier, meta: Checkp
     (directory / CONFIG_FILE).write_text(json.dumps(meta.__dict__, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if Path(tokenizer_path).resolve() != (directory / TOKENIZER_FILE).resolve():
         shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
+    if examples:
+        with open(directory / EXAMPLES_FILE, "w", encoding="utf-8") as fh:
+            for example in examples:
+                fh.write(json.dumps(dataclasses.asdict(example), ensure_ascii=False) + "\n")
     return directory
+
+
+def load_examples(directory: str | Path) -> list[Example]:
+    """The parity examples saved with a checkpoint ([] if none)."""
+    path = Path(directory) / EXAMPLES_FILE
+    if not path.is_file():
+        return []
+    out: list[Example] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if "evidence" in row:
+            out.append(ClaimExample(row["claim"], tuple(row["evidence"]), row["label"]))
+        elif "premise" in row:
+            out.append(PairExample(**row))
+        else:
+            out.append(TextExample(**row))
+    return out
 
 
 def load_checkpoint(directory: str | Path) -> tuple[TextClassifier, CheckpointMeta]:
@@ -69,4 +101,4 @@ def make_meta(name: str, network: TextClassifier, labels: list[str], **kwargs: A
     return CheckpointMeta(name=name, architecture=arch, network=config_to_dict(arch, network.config), labels=labels, **kwargs)
 
 
-__all__ = ["CheckpointMeta", "save_checkpoint", "load_checkpoint", "make_meta"]
+__all__ = ["CheckpointMeta", "save_checkpoint", "load_checkpoint", "load_examples", "make_meta"]
