@@ -1,0 +1,345 @@
+"""AttConv: attentive convolution (Yin & Schütze, TACL 2018, sections 3 and 4.4).
+
+A text tx is convolved together with an attentive context computed over a context text ty:
+
+    light     e_ij = match(h^x_i, h^y_j)                       (eqs 1-3: dot, bilinear, additive)
+              c^x_i = sum_j softmax_j(e_i) h^y_j                (eq 4, padded j excluded)
+              h_new_i = tanh(W1 [h_{i-1}, h_i, h_{i+1}] + W2 c_i + b)   (eq 6)
+    advanced  f_gconv(i) = g * u + (1 - g) * tanh(W_h i + b_h),  g = sigmoid(W_g i + b_g)  (eqs 7-9)
+              source = f_mgran(H^x), focus = f_mgran(H^y)       (eqs 10-12, [width 1, width k])
+              beneficiary = f_gconv(H^x) over width 1           (eq 13)
+              c^x_i = sum_j softmax_j(match(source_i, focus_j)) focus_j
+              h_new_i = tanh(W1 [bene_{i-1}, bene_i, bene_{i+1}] + W2 c_i + b)
+
+Output: max-pool of h_new over the valid positions of tx, then `classifier_head`.
+
+Tasks: classification is intra-context (ty = tx); entailment is extra-context (tx = hypothesis,
+ty = premise, as in the paper); verification is multi-context (tx = claim, ty = evidence
+sentences), context-wise or context-conc (section 4.4).
+
+Decisions the paper leaves open (see /work/shared/design/models.md):
+- The hidden states fed to the attentive convolution are the word embeddings (the paper's
+  stack is embedding -> attentive convolution -> max-pool -> classifier), so d = embedding_dim
+  and `hidden_dim` is the width of the attentive convolution's output.
+- Dot match is scaled by 1/sqrt(d) (Transformer style). Unscaled, intra-context attention
+  collapses onto the position itself (|h_i|^2 dominates) and 300-d scores saturate the
+  softmax; the bilinear and additive matches learn their own scale and are not scaled.
+- f_gconv keeps its input width (the gate mixes u_i with o_i, so both are d wide); source
+  and focus are therefore 2d wide, the beneficiary d wide. Source and focus share their
+  architecture but not their weights (query/key roles differ; with shared weights
+  intra-context attention would again favour the position itself).
+- `kernel_size` is both the attentive convolution's filter width and the phrase granularity of
+  f_mgran (the paper uses 3 for both).
+- direction="both" (pairs): one shared AttConv layer runs each text against the other and the
+  classifier sees pair_features(v_x, v_y) = [v_x, v_y, v_x*v_y, |v_x-v_y|]; "single" is the
+  paper's setup, only tx attends ty and the classifier sees v_x. For verification, "both" adds
+  each evidence sentence attending the claim, max-pooled over all valid evidence tokens.
+- Context-wise attribution: evidence k's score is the fraction of claim-vector dimensions whose
+  element-wise max over evidences came from k. Context-conc attribution: the claim's attention
+  mass on evidence k's tokens, averaged over valid claim positions, renormalised over valid
+  evidences. Both are exactly 0 on padded evidence slots.
+- Each evidence sentence is encoded on its own ((B*K, Le)) and only flattened to (B, K*Le) for
+  attention, so the padding gap between evidences never reaches a convolution.
+- No BatchNorm and no normalisation across the batch (the released code had both).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from models.base import NetworkConfig, TextClassifier, register
+from models.layers import (
+    Conv1dSame,
+    classifier_head,
+    masked_max,
+    masked_max_with_index,
+    masked_mean,
+    masked_softmax,
+    masked_sum,
+    pair_features,
+    zero_padding,
+)
+
+VARIANTS = ("light", "advanced")
+MATCHES = ("dot", "bilinear", "additive")
+DIRECTIONS = ("both", "single")
+MULTI_CONTEXTS = ("wise", "conc")
+
+
+@dataclass
+class AttConvConfig(NetworkConfig):
+    variant: str = "light"  # "light" (eqs 1-6) | "advanced" (eqs 7-13)
+    match: str = "dot"  # "dot" | "bilinear" | "additive" (eqs 1-3)
+    hidden_dim: int = 300  # output width of the attentive convolution
+    kernel_size: int = 3  # attentive conv filter width and f_mgran phrase granularity
+    direction: str = "both"  # pairs: "both" (symmetric features) | "single" (tx attends ty)
+    multi_context: str = "wise"  # verification: "wise" (max over evidences) | "conc"
+    head_hidden: int = 300  # classifier MLP hidden width (0 = logistic regression)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("variant", VARIANTS), ("match", MATCHES), ("direction", DIRECTIONS),
+                              ("multi_context", MULTI_CONTEXTS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"AttConvConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+        if self.kernel_size < 1 or self.kernel_size % 2 != 1:
+            raise ValueError(f"AttConvConfig.kernel_size must be odd and positive, got {self.kernel_size}")
+
+
+class AttConvMatch(nn.Module):
+    """Matching scores e_ij between source positions and focus positions (eqs 1-3)."""
+
+    def __init__(self, dim: int, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.scale = 1.0 / math.sqrt(dim)
+        if kind == "bilinear":
+            self.bilinear = nn.Linear(dim, dim, bias=False)  # W_e
+        elif kind == "additive":
+            self.source_proj = nn.Linear(dim, dim, bias=False)  # W_e
+            self.focus_proj = nn.Linear(dim, dim, bias=False)  # U_e
+            self.score = nn.Linear(dim, 1, bias=False)  # v_e
+
+    def forward(self, source: torch.Tensor, focus: torch.Tensor) -> torch.Tensor:
+        # source: (B, Lx, D), focus: (B, Ly, D) -> scores (B, Lx, Ly)
+        if self.kind == "dot":
+            return torch.matmul(source, focus.transpose(1, 2)) * self.scale
+        if self.kind == "bilinear":
+            return torch.matmul(source, self.bilinear(focus).transpose(1, 2))
+        # additive: v^T tanh(W x_i + U y_j), broadcast over (i, j)
+        hidden = torch.tanh(self.source_proj(source).unsqueeze(2) + self.focus_proj(focus).unsqueeze(1))  # (B, Lx, Ly, D)
+        return self.score(hidden).squeeze(-1)  # (B, Lx, Ly)
+
+
+class AttConvGatedConv(nn.Module):
+    """f_gconv (eqs 7-9) over windows of `width` positions centred on u_i; keeps width d."""
+
+    def __init__(self, dim: int, width: int) -> None:
+        super().__init__()
+        self.candidate = Conv1dSame(dim, dim, width)  # W_h, b_h
+        self.gate = Conv1dSame(dim, dim, width)  # W_g, b_g
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # hidden: (B, L, D) with padding already zero, mask: (B, L)
+        output = torch.tanh(self.candidate(hidden))  # (B, L, D) o_i
+        gate = torch.sigmoid(self.gate(hidden))  # (B, L, D) g_i
+        # the gate weights the unigram input u_i, as in the paper (a highway connection)
+        mixed = gate * hidden + (1.0 - gate) * output  # (B, L, D)
+        return zero_padding(mixed, mask)
+
+
+class AttConvMultiGranular(nn.Module):
+    """f_mgran (eqs 10-12): [f_gconv over width 1, f_gconv over width k] -> 2d wide."""
+
+    def __init__(self, dim: int, width: int) -> None:
+        super().__init__()
+        self.unigram = AttConvGatedConv(dim, 1)
+        self.phrase = AttConvGatedConv(dim, width)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # hidden: (B, L, D) -> (B, L, 2D)
+        return torch.cat([self.unigram(hidden, mask), self.phrase(hidden, mask)], dim=-1)
+
+
+class AttConvLayer(nn.Module):
+    """One attentive convolutional layer, light or advanced.
+
+    Split into `query` (source and beneficiary of tx), `focus` (of ty) and `forward` (attend and
+    convolve) so callers can encode each text once and reuse it across evidence slots.
+    """
+
+    def __init__(self, config: AttConvConfig) -> None:
+        super().__init__()
+        dim = config.embedding_dim
+        self.advanced = config.variant == "advanced"
+        if self.advanced:
+            self.source = AttConvMultiGranular(dim, config.kernel_size)
+            self.focus_encoder = AttConvMultiGranular(dim, config.kernel_size)
+            self.beneficiary = AttConvGatedConv(dim, 1)
+            context_dim = 2 * dim
+        else:
+            context_dim = dim
+        self.match = AttConvMatch(context_dim, config.match)
+        self.local_conv = Conv1dSame(dim, config.hidden_dim, config.kernel_size)  # W1, b
+        self.context_conv = Conv1dSame(context_dim, config.hidden_dim, 1, bias=False)  # W2
+
+    def query(self, hidden: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(source (B, L, Dc), beneficiary (B, L, D)) of tx; light uses H^x for both."""
+        if self.advanced:
+            return self.source(hidden, mask), self.beneficiary(hidden, mask)
+        return hidden, hidden
+
+    def focus(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Focus of ty (B, L, Dc): matched against the source and averaged into the context."""
+        if self.advanced:
+            return self.focus_encoder(hidden, mask)
+        return hidden
+
+    def forward(
+        self,
+        source: torch.Tensor,
+        beneficiary: torch.Tensor,
+        mask: torch.Tensor,
+        focus: torch.Tensor,
+        focus_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(new hidden states of tx (B, Lx, H), attention (B, Lx, Ly))."""
+        scores = self.match(source, focus)  # (B, Lx, Ly)
+        attention = masked_softmax(scores, focus_mask.unsqueeze(1), dim=-1)  # (B, Lx, Ly)
+        context = torch.matmul(attention, focus)  # (B, Lx, Dc)  eq 4
+        # eq 6: width-k conv over tx plus width-1 conv over its attentive context, one tanh
+        new = torch.tanh(self.local_conv(beneficiary) + self.context_conv(context))  # (B, Lx, H)
+        return zero_padding(new, mask), attention
+
+
+def repeat_per_slot(tensor: torch.Tensor, count: int) -> torch.Tensor:
+    """Repeat a per-example tensor (B, ...) once per evidence slot -> (B*K, ...), slot-major
+    within each example, matching evidence_ids.reshape(B*K, Le)."""
+    return tensor.unsqueeze(1).expand(-1, count, *([-1] * (tensor.dim() - 1))).flatten(0, 1)
+
+
+def context_wise_max(claim_vectors: torch.Tensor, slot_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Element-wise max over valid evidence slots and each slot's share of the won dimensions.
+
+    claim_vectors (B, K, H), slot_mask (B, K) -> (claim vector (B, H), evidence_scores (B, K)).
+    Padded slots never win and score exactly 0.
+    """
+    vector, winner = masked_max_with_index(claim_vectors, slot_mask.unsqueeze(-1), dim=1)  # (B, H), (B, H)
+    slots = torch.arange(claim_vectors.shape[1], device=claim_vectors.device)  # (K,)
+    won = (winner.unsqueeze(1) == slots.view(1, -1, 1)).to(claim_vectors.dtype)  # (B, K, H)
+    # a fully padded example's argmax defaults to slot 0: the slot mask removes it
+    scores = won.mean(dim=-1) * slot_mask.to(claim_vectors.dtype)  # (B, K)
+    return vector, scores
+
+
+class AttConvPreTrainedModel(TextClassifier):
+    """Weight initialisation shared by the AttConv network (HF-style `_init_weights`)."""
+
+    config_class = AttConvConfig
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            # unit expected norm per word, like normalised pretrained vectors
+            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+
+@register("attconv-light", tasks=("classification", "entailment", "verification"),
+          description="Light attentive convolution (Yin & Schütze 2018, eqs 1-6)", variant="light")
+@register("attconv-advanced", tasks=("classification", "entailment", "verification"),
+          description="Advanced attentive convolution: gated multi-granular source/focus, beneficiary "
+                      "(Yin & Schütze 2018, eqs 7-13)", variant="advanced")
+class AttConv(AttConvPreTrainedModel):
+    """Embedding -> attentive convolution -> masked max-pool -> classifier.
+
+    forward, by task (masks are boolean, True = token):
+        classification  (input_ids, input_mask)                              -> logits
+        entailment      (premise_ids, premise_mask, hypothesis_ids, hypothesis_mask) -> logits
+        verification    (claim_ids, claim_mask, evidence_ids, evidence_mask) -> (logits, evidence_scores)
+    """
+
+    def __init__(self, config: AttConvConfig) -> None:
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=0)
+        self.dropout = nn.Dropout(config.dropout)
+        self.attconv = AttConvLayer(config)
+        symmetric = config.task != "classification" and config.direction == "both"
+        feature_dim = config.hidden_dim * (4 if symmetric else 1)
+        self.classifier = classifier_head(feature_dim, config.head_hidden, config.num_labels, config.dropout)
+        self.apply(self._init_weights)
+
+    def forward(self, *inputs: torch.Tensor):
+        task = self.config.task
+        if task == "classification":
+            return self.classify(*inputs)
+        if task == "entailment":
+            return self.entail(*inputs)
+        return self.verify(*inputs)
+
+    # ------------------------------------------------------------------------------------------
+
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # ids: (B, L) -> (B, L, D), zero at padding so no convolution sees padding length
+        return zero_padding(self.dropout(self.embeddings(ids)), mask)
+
+    def encode(self, hidden: torch.Tensor, mask: torch.Tensor, focus: torch.Tensor,
+               focus_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """tx (embedded) attends a prepared focus -> (max-pooled vector (B, H), attention)."""
+        source, beneficiary = self.attconv.query(hidden, mask)
+        new, attention = self.attconv(source, beneficiary, mask, focus, focus_mask)  # (B, Lx, H)
+        return masked_max(new, mask.unsqueeze(-1), dim=1), attention  # (B, H)
+
+    def pair_vector(self, hidden_x: torch.Tensor, mask_x: torch.Tensor, hidden_y: torch.Tensor,
+                    mask_y: torch.Tensor) -> torch.Tensor:
+        """Classifier features for tx with context ty: v_x, or pair features of both directions."""
+        vx, _ = self.encode(hidden_x, mask_x, self.attconv.focus(hidden_y, mask_y), mask_y)  # (B, H)
+        if self.config.direction == "single":
+            return vx
+        vy, _ = self.encode(hidden_y, mask_y, self.attconv.focus(hidden_x, mask_x), mask_x)  # (B, H)
+        return pair_features(vx, vy)  # (B, 4H)
+
+    def classify(self, input_ids: torch.Tensor, input_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(input_ids, input_mask)  # (B, L, D)
+        # intra-context: ty = tx
+        vector, _ = self.encode(hidden, input_mask, self.attconv.focus(hidden, input_mask), input_mask)
+        return self.classifier(vector)  # (B, C)
+
+    def entail(self, premise_ids: torch.Tensor, premise_mask: torch.Tensor, hypothesis_ids: torch.Tensor,
+               hypothesis_mask: torch.Tensor) -> torch.Tensor:
+        premise = self.embed(premise_ids, premise_mask)  # (B, Lp, D)
+        hypothesis = self.embed(hypothesis_ids, hypothesis_mask)  # (B, Lh, D)
+        # the paper models the hypothesis (tx) with the premise as its context (ty)
+        return self.classifier(self.pair_vector(hypothesis, hypothesis_mask, premise, premise_mask))
+
+    def verify(self, claim_ids: torch.Tensor, claim_mask: torch.Tensor, evidence_ids: torch.Tensor,
+               evidence_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, count, length = evidence_ids.shape
+        slot_mask = evidence_mask.any(dim=-1)  # (B, K): a slot is valid iff it has a token
+        claim = self.embed(claim_ids, claim_mask)  # (B, Lc, D)
+        # every evidence sentence is embedded and convolved on its own row
+        flat_mask = evidence_mask.reshape(batch * count, length)  # (B*K, Le)
+        evidence = self.embed(evidence_ids.reshape(batch * count, length), flat_mask)  # (B*K, Le, D)
+        evidence_focus = self.attconv.focus(evidence, flat_mask)  # (B*K, Le, Dc)
+        source, beneficiary = self.attconv.query(claim, claim_mask)  # (B, Lc, Dc), (B, Lc, D)
+
+        if self.config.multi_context == "wise":
+            # claim against each evidence: the claim's encodings repeated K times
+            slot_claim_mask = repeat_per_slot(claim_mask, count)  # (B*K, Lc)
+            new, _ = self.attconv(repeat_per_slot(source, count), repeat_per_slot(beneficiary, count),
+                                  slot_claim_mask, evidence_focus, flat_mask)  # (B*K, Lc, H)
+            claim_vectors = masked_max(new, slot_claim_mask.unsqueeze(-1), dim=1)  # (B*K, H)
+            claim_vector, evidence_scores = context_wise_max(claim_vectors.view(batch, count, -1), slot_mask)
+        else:
+            # claim against all evidence tokens at once; flattened only for attention
+            focus = evidence_focus.reshape(batch, count * length, -1)  # (B, K*Le, Dc)
+            new, attention = self.attconv(source, beneficiary, claim_mask, focus,
+                                          evidence_mask.reshape(batch, count * length))  # (B, Lc, H), (B, Lc, K*Le)
+            claim_vector = masked_max(new, claim_mask.unsqueeze(-1), dim=1)  # (B, H)
+            per_evidence = masked_sum(attention.reshape(batch, -1, count, length),
+                                      evidence_mask.unsqueeze(1), dim=-1)  # (B, Lc, K)
+            mass = masked_mean(per_evidence, claim_mask.unsqueeze(-1), dim=1)  # (B, K)
+            # renormalise over valid evidences; an example with no valid claim token scores 0
+            evidence_scores = mass / mass.sum(dim=-1, keepdim=True).clamp(min=1e-12)  # (B, K)
+
+        if self.config.direction == "single":
+            features = claim_vector  # (B, H)
+        else:
+            # each evidence sentence attends the claim; pooled over every valid evidence token
+            claim_focus = self.attconv.focus(claim, claim_mask)  # (B, Lc, Dc)
+            evidence_source, evidence_beneficiary = self.attconv.query(evidence, flat_mask)
+            evidence_new, _ = self.attconv(evidence_source, evidence_beneficiary, flat_mask,
+                                           repeat_per_slot(claim_focus, count),
+                                           repeat_per_slot(claim_mask, count))  # (B*K, Le, H)
+            evidence_vector = masked_max(evidence_new.reshape(batch, count * length, -1),
+                                         evidence_mask.reshape(batch, count * length, 1), dim=1)  # (B, H)
+            features = pair_features(claim_vector, evidence_vector)  # (B, 4H)
+        return self.classifier(features), evidence_scores

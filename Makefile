@@ -1,0 +1,43 @@
+# Quick start: `make serve` (set up + serve the bundled models on CPU), `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: serve test test-slow install-serve install-dev models bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Serving only: onnxruntime, tokenizers, fastapi, ... and no torch.
+$(VENV)/.serve: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# Training, export and tests. torch==2.13.0 first: a CPU build of it lies on the machines'
+# disk, and pyproject's range accepts it, so pip fetches no multi-GB CUDA build.
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[train,dev]'
+	touch $@
+
+install-serve: $(VENV)/.serve
+install-dev: $(VENV)/.dev
+
+serve: $(VENV)/.serve
+	$(BIN)/python -m service
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+test-slow: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m slow
+
+# Rebuild every default bundle from data (hours on a 2-core CPU).
+models: $(VENV)/.dev
+	PATH=$(BIN):$$PATH bash scripts/make_models.sh
+
+bench: $(VENV)/.dev
+	$(BIN)/attserve bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,69 @@
+"""`attserve export CHECKPOINT --out model_repository/NAME`.
+
+Imports nothing heavy at module level (torch, onnx and the models load inside the command),
+so the CLI stays fast and the serving image, which has no torch, can still list commands.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+log = logging.getLogger(__name__)
+
+
+def export(
+    checkpoint: Path = typer.Argument(
+        ..., exists=True, file_okay=False, dir_okay=True, help="Checkpoint directory written by `attserve train`."
+    ),
+    out: Path = typer.Option(..., "--out", help="Bundle directory to write, e.g. model_repository/snli-attconv-advanced."),
+    version: Optional[str] = typer.Option(
+        None, "--version", help="Bundle version (default: first 12 hex digits of model.onnx's sha256)."
+    ),
+    variants: bool = typer.Option(
+        False, "--variants/--no-variants", help="Also build, measure and (if accurate) ship optimized/fp16/int8 graphs."
+    ),
+) -> None:
+    """Export a checkpoint to an ONNX bundle (model.onnx, tokenizer.json, config.json) after
+    checking that onnxruntime reproduces PyTorch within 1e-4."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    if not logging.getLogger().handlers:
+        # Our steps at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.
+        logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[RichHandler(show_path=False)])
+        logging.getLogger("export").setLevel(logging.INFO)
+    console = Console()
+
+    from export.bundle import write_bundle
+    from export.parity import ParityError
+    from service.bundle import BundleError, load_bundle
+
+    with console.status("exporting", spinner="dots") as status:
+        try:
+            path = write_bundle(checkpoint, out, version=version, variants=variants, step=status.update)
+        except (ParityError, BundleError) as exc:
+            log.error("export failed", extra={"checkpoint": str(checkpoint), "out": str(out), "error": str(exc)})
+            console.print(f"[red]export failed, nothing written:[/red] {exc}")
+            raise typer.Exit(1) from None
+    config = load_bundle(path).config
+    parity = config.parity
+    console.print(
+        f"[green]wrote {path}[/green] ({config.name} {config.version}, {config.task}, {len(config.labels)} labels)\n"
+        f"parity: max |onnxruntime - torch| = {parity.max_abs_diff:.2e} over {parity.examples} examples, "
+        f"batch sizes {parity.batch_sizes}, argmax mismatches {parity.argmax_mismatches}"
+    )
+    for name, entry in config.metrics.get("variants", {}).items():
+        if name in ("fp32", "measured_on"):
+            continue
+        if "speed_ratio" not in entry:
+            console.print(f"variant {name}: not built ({entry.get('error')})")
+            continue
+        console.print(
+            f"variant {name}: agreement {entry['agreement_with_fp32']}%, accuracy delta "
+            f"{entry['accuracy_delta_points']} points, speed x{entry['speed_ratio']}, "
+            f"{'shipped' if entry['shipped'] else 'not shipped'}"
+        )

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Rebuild every default bundle from data: fetch and verify the datasets, train each recipe in
+# recipes/ into checkpoints/<name>, then export it (parity-checked) into model_repository/<name>.
+# <name> is the recipe's own `name` field. Training is hours of CPU in all: each recipe states
+# its measured wall time.
+#
+#   scripts/make_models.sh                      # every recipes/*.toml
+#   scripts/make_models.sh recipes/bbc-act.toml # just these
+#
+# Environment: ATTSERVE (the CLI, default "python -m cli.main"), CHECKPOINTS (default
+# checkpoints), REPOSITORY (default model_repository), VARIANTS=1 to also build, measure and
+# ship the optimized/fp16/int8 graphs that pass their accuracy check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+read -r -a ATTSERVE <<< "${ATTSERVE:-python -m cli.main}"
+CHECKPOINTS="${CHECKPOINTS:-checkpoints}"
+REPOSITORY="${REPOSITORY:-model_repository}"
+export_flags=()
+if [[ "${VARIANTS:-0}" == 1 ]]; then export_flags+=(--variants); fi
+
+if (($#)); then recipes=("$@"); else recipes=(recipes/*.toml); fi
+if [[ ! -f "${recipes[0]}" ]]; then
+    echo "no recipes found (looked for ${recipes[*]})" >&2
+    exit 1
+fi
+
+"${ATTSERVE[@]}" data
+
+for recipe in "${recipes[@]}"; do
+    name="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$recipe")"
+    echo "== ${name}: training ${recipe}" >&2
+    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}"
+    echo "== ${name}: exporting to ${REPOSITORY}/${name}" >&2
+    "${ATTSERVE[@]}" export "${CHECKPOINTS}/${name}" --out "${REPOSITORY}/${name}" "${export_flags[@]}"
+done
+echo "bundles in ${REPOSITORY}/: $(ls "${REPOSITORY}" | tr '\n' ' ')" >&2

@@ -1,0 +1,8 @@
+"""`python -m service`: the same as `attserve serve`."""
+
+import typer
+
+from service.commands import serve
+
+if __name__ == "__main__":
+    typer.run(serve)

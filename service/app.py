@@ -1,0 +1,341 @@
+"""The FastAPI application: model registry, lifespan (load, warm up, drain), middleware.
+
+Start-up never blocks the port: the lifespan reads every bundle's config.json, then loads the
+sessions and warms them up in the background, so `/health/live` answers at once and
+`/health/ready` says 503 until every model is warm (TEI #553: report not-ready, do not refuse
+connections).
+
+A bundle that fails to load (bad checksum, unreadable graph, wrong label count) is logged with
+the file at fault and listed as `failed` in /v1/models. The other models keep serving their
+endpoints, but /health/ready stays 503: an operator sees the broken deployment at once
+while clients of the healthy models are not cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.batcher import Batcher
+from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
+from service.errors import NotReady, UnknownModel, WrongTask, error_response, install_error_handlers
+from service.metrics import Metrics
+from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
+from service.settings import Settings
+
+log = logging.getLogger("service.app")
+
+# Paths of the inference endpoints -> the `endpoint` metric label.
+ENDPOINTS = {"/classify": "classify", "/entailment": "entailment", "/verify": "verify"}
+TASK_OF_ENDPOINT = {"classify": "classification", "entailment": "entailment", "verify": "verification"}
+
+
+# --- logging ------------------------------------------------------------------------------
+
+_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and every `extra=` field."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        out.update({k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS})
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+
+
+# --- model registry -------------------------------------------------------------------------
+
+@dataclass
+class ModelEntry:
+    name: str
+    path: Path
+    config: BundleConfig | None = None
+    status: str = "loading"  # loading | ready | failed
+    error: str | None = None
+    runtime: ModelRuntime | None = None
+    batcher: Batcher | None = None
+
+    @property
+    def task(self) -> str | None:
+        return self.config.task if self.config else None
+
+
+class Service:
+    """Everything the routes need: settings, metrics, models, and the drain flag."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.providers = requested_providers(settings.device)  # DEVICE=cuda without CUDA fails here
+        self.models: dict[str, ModelEntry] = {}
+        self.loaded = False
+        self.draining = False
+        self._drain_started: float | None = None
+
+    # --- discovery and loading ----------------------------------------------------------
+
+    def discover(self) -> None:
+        """Every non-hidden sub-directory with a config.json is a bundle (export stages its
+        work in hidden directories beside the target)."""
+        repo = Path(self.settings.model_repository)
+        if not repo.is_dir():
+            log.error("model repository not found", extra={"path": str(repo)})
+            return
+        allow = set(self.settings.models) if self.settings.models else None
+        for path in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if not (path / CONFIG_FILE).is_file():
+                continue
+            try:
+                config = read_config(path / CONFIG_FILE)
+            except BundleError as exc:
+                if allow is None or path.name in allow:
+                    self._fail(ModelEntry(path.name, path), str(exc))
+                continue
+            if allow is not None and config.name not in allow:
+                continue
+            entry = ModelEntry(config.name, path, config)
+            if config.name in self.models:
+                self._fail(ModelEntry(f"{config.name}@{path.name}", path, config),
+                           f"{path / CONFIG_FILE}: model name {config.name!r} already used by {self.models[config.name].path}")
+                continue
+            self.models[config.name] = entry
+        for name in sorted((allow or set()) - set(self.models)):
+            self._fail(ModelEntry(name, repo / name), f"{repo / name}: allow-listed model not found in the repository")
+        for task in ("classification", "entailment", "verification"):
+            wanted = self.settings.default_model(task)
+            if wanted and (wanted not in self.models or self.models[wanted].task != task):
+                log.error("default model is not a served model of its task", extra={"task": task, "model": wanted})
+        if not self.models:
+            log.error("no models to serve", extra={"path": str(repo)})
+
+    def _fail(self, entry: ModelEntry, message: str) -> None:
+        entry.status, entry.error = "failed", message
+        self.models[entry.name] = entry
+        log.error("model failed to load", extra={"model": entry.name, "error": message})
+
+    async def load_all(self) -> None:
+        pending = [e for e in self.models.values() if e.status == "loading"]
+        threads = self.settings.threads_per_model(len(pending))
+        for entry in pending:
+            try:
+                entry.runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads)
+                seconds = await asyncio.to_thread(
+                    entry.runtime.warmup, self.settings.max_batch_size, self.settings.max_batch_tokens
+                )
+            except (BundleError, DeviceUnavailable) as exc:
+                self._fail(entry, str(exc))
+                continue
+            except Exception as exc:  # a broken graph may fail at warm-up with onnxruntime's own errors
+                self._fail(entry, f"{entry.path}: {type(exc).__name__}: {exc}")
+                continue
+            entry.batcher = Batcher(entry.runtime, self.settings, self.metrics)
+            entry.batcher.start()
+            entry.status = "ready"
+            c = entry.config
+            self.metrics.model_info.labels(
+                model=entry.name, task=c.task, architecture=c.architecture, version=c.version,
+                provider=entry.runtime.provider,
+            ).set(1)
+            log.info("model ready", extra={
+                "model": entry.name, "task": c.task, "architecture": c.architecture, "version": c.version,
+                "provider": entry.runtime.provider, "intra_op_threads": threads, "warmup_s": round(seconds, 3),
+            })
+        self.loaded = True
+        log.info("service ready" if self.ready else "service not ready",
+                 extra={"models": {n: e.status for n, e in self.models.items()}})
+
+    @property
+    def ready(self) -> bool:
+        return (self.loaded and not self.draining and bool(self.models)
+                and all(e.status == "ready" for e in self.models.values()))
+
+    # --- routing ------------------------------------------------------------------------
+
+    def default_name(self, task: str) -> str | None:
+        wanted = self.settings.default_model(task)
+        if wanted:
+            return wanted
+        names = sorted(n for n, e in self.models.items() if e.task == task and e.status != "failed")
+        return names[0] if names else None
+
+    def resolve(self, name: str | None, task: str) -> ModelEntry:
+        """The model a request runs on; 422 for an unknown model or one of another task,
+        503 for one still loading or failed."""
+        if name is None:
+            name = self.default_name(task)
+            if name is None:
+                raise NotReady(f"no {task} model is being served", headers={"Retry-After": "5"})
+        entry = self.models.get(name)
+        if entry is None:
+            known = sorted(n for n, e in self.models.items() if e.task == task)
+            raise UnknownModel(f"unknown model {name!r}; {task} models: {known}")
+        if entry.task is not None and entry.task != task:
+            raise WrongTask(f"model {name!r} does {entry.task}, not {task}")
+        if entry.status != "ready":
+            detail = f"model {name!r} failed to load" if entry.status == "failed" else f"model {name!r} is still loading"
+            raise NotReady(detail, headers={"Retry-After": "5"})
+        return entry
+
+    # --- shutdown -----------------------------------------------------------------------
+
+    def begin_drain(self) -> None:
+        """New requests get 503 from now on; queued and in-flight ones finish."""
+        if not self.draining:
+            self.draining = True
+            self._drain_started = time.monotonic()
+            log.info("draining", extra={"timeout_s": self.settings.shutdown_timeout_s})
+
+    async def shutdown(self) -> None:
+        self.begin_drain()
+        deadline = self._drain_started + self.settings.shutdown_timeout_s
+        batchers = [e.batcher for e in self.models.values() if e.batcher is not None]
+        await asyncio.gather(*(b.drain(deadline - time.monotonic()) for b in batchers))
+        log.info("stopped", extra={"drain_s": round(time.monotonic() - self._drain_started, 3)})
+
+
+# --- middleware -----------------------------------------------------------------------------
+
+class RequestMetricsMiddleware:
+    """Counts and times the inference endpoints (status from the response actually sent) and
+    adds `x-total-time` (ms). The route names the model in scope["state"]."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        state = scope.setdefault("state", {})
+        status = 500
+
+        async def send_timed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-total-time", f"{(time.perf_counter() - start) * 1000:.3f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_timed)
+        finally:
+            model = state.get("attserve_model", "")
+            self.metrics.requests.labels(endpoint=endpoint, model=model, status=str(status)).inc()
+            self.metrics.request_duration.labels(endpoint=endpoint, model=model).observe(time.perf_counter() - start)
+
+
+class BodyLimitMiddleware:
+    """413 for a body over `max_bytes`, by its Content-Length or, for a chunked body, by the
+    bytes actually streamed. The (small) body is read here and replayed to the app."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope.get("headers", []):
+            if key == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.max_bytes:
+                    await self._reject(scope, receive, send)
+                    return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # client gone before the body arrived
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._reject(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for http.disconnect
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "body_too_large", f"request body over {self.max_bytes} bytes")
+        await response(scope, receive, send)
+
+
+# --- the app --------------------------------------------------------------------------------
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    from service.routes import router
+
+    settings = settings or Settings()
+    service = Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.discover()
+        loader = asyncio.create_task(service.load_all(), name="load-models")
+        try:
+            yield
+        finally:
+            service.begin_drain()
+            if not loader.done():
+                # a session load runs in a thread and cannot be interrupted; wait for it
+                await asyncio.wait({loader}, timeout=settings.shutdown_timeout_s)
+            await service.shutdown()
+
+    app = FastAPI(
+        title="attserve",
+        version="0.1.0",
+        description="Entailment, claim verification and text classification with attentive-convolution networks.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    app.include_router(router)
+    # Outermost first: metrics also see the 413s of the body limit.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=service.metrics)
+    return app

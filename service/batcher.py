@@ -1,0 +1,209 @@
+"""Dynamic batching for one model (TEI / Ray Serve style).
+
+Items (one per input; a multi-input request submits several, each with its own future) wait
+in per-bucket FIFO queues, a bucket being the padded shape an item needs, so a batch only pads
+to lengths close to its items' own. A batch closes when its bucket holds `max_batch_size`
+items, or `max_batch_tokens` padded tokens (n x bucket shape), or `max_batch_delay_ms` after
+its oldest item arrived; among the buckets ready to run, the one with the oldest item goes
+first. Before compute, items whose caller went away or whose deadline passed are dropped.
+Inference runs on a dedicated single-thread executor (onnxruntime releases the GIL), so the
+event loop keeps accepting and tokenizing while a batch runs. Each item's future receives
+exactly its own row of the outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from service.errors import DeadlineExceeded, InferenceFailed, QueueFull, ShuttingDown
+from service.metrics import Metrics
+from service.runtime import Item, ItemOutput, ModelRuntime
+from service.settings import Settings
+
+log = logging.getLogger("service.batcher")
+
+
+@dataclass(frozen=True)
+class Done:
+    """An item's answer and where its time went."""
+
+    output: ItemOutput
+    queue_s: float
+    inference_s: float
+    batch_id: int
+
+
+@dataclass
+class _Waiting:
+    item: Item
+    future: asyncio.Future
+    enqueued: float  # loop.time()
+    deadline: float  # loop.time()
+
+
+@dataclass
+class _State:
+    buckets: dict[tuple[int, ...], deque[_Waiting]] = field(default_factory=dict)
+    count: int = 0
+
+
+class Batcher:
+    def __init__(self, runtime: ModelRuntime, settings: Settings, metrics: Metrics) -> None:
+        self.runtime = runtime
+        self.name = runtime.name
+        self.max_batch_size = settings.max_batch_size
+        self.max_batch_tokens = settings.max_batch_tokens
+        self.max_delay_s = settings.max_batch_delay_ms / 1000.0
+        self.max_queue = settings.max_queue
+        self.metrics = metrics
+        self._state = _State()
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ort-{self.name}")
+        self._task: asyncio.Task | None = None
+        self._closing = False
+        self._batches = 0
+        self._depth = metrics.queue_depth.labels(model=self.name)
+        self._depth.set(0)
+
+    # --- caller side ----------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return self._state.count
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
+
+    def submit(self, items: Sequence[Item], deadline: float) -> list[asyncio.Future]:
+        """Queue a request's items together or not at all (429 when they do not all fit)."""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
+        if self._state.count + len(items) > self.max_queue:
+            raise QueueFull(
+                f"model {self.name!r} has {self._state.count} items queued (limit {self.max_queue}); retry later",
+                headers={"Retry-After": "1"},
+            )
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        futures = []
+        for item in items:
+            future = loop.create_future()
+            self._state.buckets.setdefault(item.shape, deque()).append(_Waiting(item, future, now, deadline))
+            futures.append(future)
+        self._state.count += len(items)
+        self._depth.set(self._state.count)
+        self._wakeup.set()
+        return futures
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop taking items, run what is queued (without waiting out batch delays), then stop.
+        Items still queued after `timeout_s` fail with 503."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=max(0.0, timeout_s))
+            except asyncio.TimeoutError:
+                log.error("drain timed out", extra={"model": self.name, "queued": self._state.count})
+                self._task.cancel()
+        for queue in self._state.buckets.values():
+            while queue:
+                waiting = queue.popleft()
+                if not waiting.future.done():
+                    waiting.future.set_exception(ShuttingDown("the server shut down before this input ran"))
+        self._state.count = 0
+        self._depth.set(0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- batch loop -----------------------------------------------------------------------
+
+    def _take_count(self, queue: deque[_Waiting]) -> int:
+        per_item = queue[0].item.tokens
+        by_tokens = max(1, self.max_batch_tokens // per_item)  # an item over budget runs alone
+        return min(len(queue), self.max_batch_size, by_tokens)
+
+    def _is_full(self, queue: deque[_Waiting]) -> bool:
+        return len(queue) >= self.max_batch_size or len(queue) * queue[0].item.tokens >= self.max_batch_tokens
+
+    def _next_batch(self, now: float) -> tuple[deque[_Waiting] | None, float]:
+        """The ready bucket with the oldest item, else (None, when the next one closes)."""
+        ready, oldest, next_close = None, math.inf, math.inf
+        for queue in self._state.buckets.values():
+            if not queue:
+                continue
+            first = queue[0].enqueued
+            close_at = first + self.max_delay_s
+            if self._closing or close_at <= now or self._is_full(queue):
+                if first < oldest:
+                    ready, oldest = queue, first
+            else:
+                next_close = min(next_close, close_at)
+        return ready, next_close
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._state.count == 0:
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            queue, next_close = self._next_batch(loop.time())
+            if queue is None:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, next_close - loop.time()))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            taken = [queue.popleft() for _ in range(self._take_count(queue))]
+            self._state.count -= len(taken)
+            self._depth.set(self._state.count)
+            try:
+                await self._run(taken)
+            except Exception:  # the loop must outlive any one batch
+                log.exception("batch failed", extra={"model": self.name})
+
+    async def _run(self, taken: list[_Waiting]) -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        live: list[_Waiting] = []
+        for waiting in taken:
+            if waiting.future.done():  # caller cancelled (disconnect or its own timeout)
+                self.metrics.dropped.labels(model=self.name, reason="cancelled").inc()
+            elif start >= waiting.deadline:
+                self.metrics.dropped.labels(model=self.name, reason="deadline").inc()
+                waiting.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
+            else:
+                live.append(waiting)
+        if not live:
+            return
+        for waiting in live:
+            self.metrics.queue_wait.labels(model=self.name).observe(start - waiting.enqueued)
+        items = [w.item for w in live]
+        self._batches += 1
+        batch_id = self._batches
+        t0 = time.perf_counter()
+        try:
+            outputs = await loop.run_in_executor(self._executor, self.runtime.infer, items)
+        except Exception as exc:
+            log.exception("inference failed", extra={"model": self.name, "batch_size": len(items)})
+            for waiting in live:
+                if not waiting.future.done():
+                    waiting.future.set_exception(InferenceFailed(f"inference failed: {type(exc).__name__}"))
+            return
+        inference_s = time.perf_counter() - t0
+        self.metrics.inference_duration.labels(model=self.name).observe(inference_s)
+        self.metrics.batch_size.labels(model=self.name).observe(len(items))
+        self.metrics.batch_tokens.labels(model=self.name).observe(len(items) * items[0].tokens)
+        for waiting, output in zip(live, outputs, strict=True):
+            if not waiting.future.done():
+                waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id))

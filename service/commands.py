@@ -1,0 +1,97 @@
+"""`attserve serve` (and `python -m service`): run the service under uvicorn.
+
+Options override the `ATTSERVE_*` environment; everything else comes from `Settings`.
+Imports stay light (no torch), so the CLI starts instantly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Optional
+
+import typer
+
+log = logging.getLogger("service.commands")
+
+
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="Interface to bind (env ATTSERVE_HOST, default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (env ATTSERVE_PORT, default 8000).")] = None,
+    model_repository: Annotated[
+        Optional[Path], typer.Option(help="Directory of bundles (env ATTSERVE_MODEL_REPOSITORY).")
+    ] = None,
+    models: Annotated[Optional[str], typer.Option(help="Comma-separated bundle names to serve (default: all).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (env ATTSERVE_DEVICE).")] = None,
+    log_level: Annotated[Optional[str], typer.Option(help="Log level (env ATTSERVE_LOG_LEVEL).")] = None,
+) -> None:
+    """Serve the model repository's bundles over HTTP (dynamic batching, Prometheus metrics)."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from service.app import configure_logging, create_app
+    from service.runtime import DeviceUnavailable
+    from service.settings import Settings
+
+    overrides = {k: v for k, v in dict(host=host, port=port, model_repository=model_repository, models=models,
+                                       device=device, log_level=log_level).items() if v is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        typer.echo(f"invalid settings: {exc}", err=True)
+        raise typer.Exit(2) from None
+    configure_logging(settings.log_level)
+    try:
+        app = create_app(settings)
+    except DeviceUnavailable as exc:
+        log.error("cannot start", extra={"error": str(exc)})
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # our JSON handler on the root logger formats uvicorn's records too
+        log_level=settings.log_level.lower(),
+        access_log=settings.access_log,
+        timeout_graceful_shutdown=settings.shutdown_timeout_s,
+        lifespan="on",
+    )
+    server = DrainingServer(config, app.state.service)
+    server.run()
+    if server.started is False:
+        sys.exit(3)
+
+
+try:  # uvicorn is a base dependency, but keep `--help` alive without it
+    import uvicorn as _uvicorn
+except ModuleNotFoundError:  # pragma: no cover
+    _uvicorn = None
+
+
+if _uvicorn is not None:
+
+    class DrainingServer(_uvicorn.Server):
+        """uvicorn's Server that flips the service into draining mode the moment SIGTERM /
+        SIGINT arrives, so requests still arriving on open connections get a 503 JSON answer
+        while queued and in-flight work finishes."""
+
+        def __init__(self, config: "_uvicorn.Config", service) -> None:
+            super().__init__(config)
+            self.service = service
+            self._loop: asyncio.AbstractEventLoop | None = None
+
+        async def serve(self, sockets=None) -> None:
+            self._loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self._loop is not None and sig in (signal.SIGTERM, signal.SIGINT):
+                # signal handlers run between bytecodes; hand the work to the loop safely
+                self._loop.call_soon_threadsafe(self.service.begin_drain)
+            super().handle_exit(sig, frame)

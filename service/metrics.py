@@ -1,0 +1,61 @@
+"""Prometheus metrics (prometheus-client), one CollectorRegistry per app instance.
+
+The names are a contract with the dashboards; labels stay low-cardinality (endpoint, model
+name, HTTP status code), never per-request values. A request whose model could not be
+resolved (bad body, unknown name) is counted with model="".
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_TOKEN_BUCKETS = tuple(float(2**k) for k in range(3, 18))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "attserve_requests", "HTTP requests to the inference endpoints, by status code.",
+            ["endpoint", "model", "status"], registry=r,
+        )
+        self.request_duration = Histogram(
+            "attserve_request_duration_seconds", "Time from request arrival to response.",
+            ["endpoint", "model"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.queue_wait = Histogram(
+            "attserve_queue_wait_seconds", "Time an item waited in its model's queue before its batch ran.",
+            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.inference_duration = Histogram(
+            "attserve_inference_duration_seconds", "onnxruntime time per batch.",
+            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.batch_size = Histogram(
+            "attserve_batch_size", "Items per batch.", ["model"], buckets=_SIZE_BUCKETS, registry=r,
+        )
+        self.batch_tokens = Histogram(
+            "attserve_batch_tokens", "Padded tokens per batch (items x bucket shape).",
+            ["model"], buckets=_TOKEN_BUCKETS, registry=r,
+        )
+        self.queue_depth = Gauge(
+            "attserve_queue_depth", "Items waiting in a model's queue.", ["model"], registry=r,
+        )
+        self.model_info = Gauge(
+            "attserve_model_info", "Loaded models (value 1) with the execution provider actually used.",
+            ["model", "task", "architecture", "version", "provider"], registry=r,
+        )
+        self.truncated_inputs = Counter(
+            "attserve_truncated_inputs", "Inputs with a text cut to the model's max length.",
+            ["model"], registry=r,
+        )
+        self.inputs = Counter(
+            "attserve_inputs", "Inputs (items) accepted for inference.", ["endpoint", "model"], registry=r,
+        )
+        self.dropped = Counter(
+            "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
+            ["model", "reason"], registry=r,
+        )

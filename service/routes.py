@@ -1,0 +1,240 @@
+"""HTTP routes. An inference request is validated (schemas), checked against the model's
+limits, tokenized on the request path (inline, or in the threadpool for big requests: see
+OFFLOAD_TOKENIZATION_TEXTS), submitted to its model's batcher as one item per
+input, and answered from its own futures only; softmax is applied here, in numpy.
+
+Truncation is reported per result: `truncated: true` when any text of that input was cut to
+the model's max length (and counted in `attserve_truncated_inputs_total`).
+Timing headers (ms, as TEI): `x-total-time` (arrival to response, added by the middleware),
+`x-queue-time` (the longest any of the request's inputs waited for its batch),
+`x-inference-time` (onnxruntime time of the batches the request's inputs ran in, summed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence, Union
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.app import ModelEntry, Service
+from service.batcher import Done
+from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
+from service.runtime import softmax
+from service.schemas import (
+    BatchPredictions,
+    ClassifyBody,
+    EntailmentBody,
+    ErrorBody,
+    Health,
+    ModelInfo,
+    ModelList,
+    Prediction,
+    VerifyBody,
+    VerifyBatchPredictions,
+    VerifyPrediction,
+)
+
+router = APIRouter()
+
+# Tokenizing on the event loop costs ~0.17 ms for one short text, a threadpool hop ~0.21 ms;
+# at 64 texts both take ~3 ms but inline would block every other request that long. So small
+# requests tokenize inline and big ones in the default threadpool.
+OFFLOAD_TOKENIZATION_TEXTS = 16
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in {
+        413: "request body too large",
+        422: "invalid input, unknown model or model of another task, too many inputs or evidence",
+        429: "the model's queue is full (see Retry-After)",
+        503: "not ready or shutting down",
+        504: "the request deadline passed before its inputs ran",
+    }.items()
+}
+
+# text fields of each task's input, in graph-input order
+_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim", "evidence")}
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def _wait_disconnect(request: Request) -> None:
+    """Returns when the client goes away (the body was read already, so the next ASGI message
+    is http.disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _await_items(request: Request, futures: list[asyncio.Future], timeout_s: float) -> list[Done]:
+    gathered = asyncio.gather(*futures)
+    disconnect = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        finished, _ = await asyncio.wait({gathered, disconnect}, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        if gathered in finished:
+            return gathered.result()  # raises an item's error (504, 500)
+        if disconnect in finished:
+            raise ClientClosed("the client disconnected before the answer was ready")
+        raise DeadlineExceeded(f"no answer within {timeout_s * 1000:.0f} ms")
+    finally:
+        disconnect.cancel()
+        for future in futures:  # a cancelled future is skipped by the batcher
+            future.cancel()
+        if not gathered.done():
+            gathered.cancel()
+        elif not gathered.cancelled():
+            gathered.exception()  # retrieved, so asyncio does not warn about it
+
+
+def _encode(entry: ModelEntry, inputs: Sequence[Any]) -> tuple[list[list], list[bool]]:
+    """Token ids per input (per graph input) and whether each input lost tokens."""
+    runtime = entry.runtime
+    task = entry.config.task
+    fields = _FIELDS[task]
+    per_field: list[list] = []
+    truncated = [False] * len(inputs)
+    for field, input_name in zip(fields, entry.config.inputs):
+        max_length = entry.config.max_lengths[input_name]
+        if field == "evidence":
+            flat = [text for x in inputs for text in x.evidence]
+            encoded = runtime.encoder.encode(flat, max_length)
+            groups, at = [], 0
+            for i, x in enumerate(inputs):
+                n = len(x.evidence)
+                groups.append(encoded.ids[at : at + n])
+                truncated[i] |= any(encoded.truncated[at : at + n])
+                at += n
+            per_field.append(groups)
+        else:
+            encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length)
+            per_field.append(encoded.ids)
+            for i, t in enumerate(encoded.truncated):
+                truncated[i] |= t
+    ids = [tuple(column[i] for column in per_field) for i in range(len(inputs))]
+    for i, row in enumerate(ids):
+        texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
+        if any(len(t) == 0 for t in texts):
+            where = f"inputs[{i}]" if len(inputs) > 1 else "input"
+            raise InvalidInput(f"{where}: a text has no tokens after normalisation")
+    return ids, truncated
+
+
+async def _predict(request: Request, response: Response, endpoint: str, body: Any) -> Any:
+    service = _service(request)
+    if service.draining:
+        raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
+    task = {"classify": "classification", "entailment": "entailment", "verify": "verification"}[endpoint]
+    entry = service.resolve(body.model, task)
+    request.state.attserve_model = entry.name
+    batch = hasattr(body, "inputs")
+    inputs = body.inputs if batch else [body]
+    settings = service.settings
+    if len(inputs) > settings.max_inputs_per_request:
+        raise TooManyInputs(f"{len(inputs)} inputs; at most {settings.max_inputs_per_request} per request")
+    if task == "verification":
+        limit = entry.config.max_evidence
+        for i, x in enumerate(inputs):
+            if len(x.evidence) > limit:
+                where = f"inputs[{i}].evidence" if batch else "evidence"
+                raise TooManyEvidence(f"{where}: {len(x.evidence)} items; model {entry.name!r} takes at most {limit}")
+
+    texts = sum(len(x.evidence) + 1 if task == "verification" else len(_FIELDS[task]) for x in inputs)
+    if texts >= OFFLOAD_TOKENIZATION_TEXTS:
+        ids, truncated = await asyncio.to_thread(_encode, entry, inputs)
+    else:
+        ids, truncated = _encode(entry, inputs)
+    items = [entry.runtime.make_item(row) for row in ids]
+    timeout_s = settings.request_timeout_ms / 1000.0
+    loop = asyncio.get_running_loop()
+    futures = entry.batcher.submit(items, deadline=loop.time() + timeout_s)
+    service.metrics.inputs.labels(endpoint=endpoint, model=entry.name).inc(len(items))
+    if any(truncated):
+        service.metrics.truncated_inputs.labels(model=entry.name).inc(sum(truncated))
+    done = await _await_items(request, futures, timeout_s)
+
+    probs = softmax(np.stack([d.output.logits for d in done]))  # (N, C)
+    labels = entry.config.labels
+    results = []
+    for i, d in enumerate(done):
+        answer = {
+            "label": labels[int(np.argmax(probs[i]))],
+            "scores": {label: float(p) for label, p in zip(labels, probs[i])},
+            "model": entry.name,
+            "truncated": truncated[i],
+        }
+        if task == "verification":
+            answer["evidence_scores"] = [float(s) for s in d.output.evidence_scores]
+        results.append(answer)
+    response.headers["x-queue-time"] = f"{max(d.queue_s for d in done) * 1000:.3f}"
+    batch_times = {d.batch_id: d.inference_s for d in done}
+    response.headers["x-inference-time"] = f"{sum(batch_times.values()) * 1000:.3f}"
+    return {"results": results} if batch else results[0]
+
+
+@router.post("/classify", response_model=Union[Prediction, BatchPredictions], responses=_ERRORS, tags=["inference"])
+async def classify(body: ClassifyBody, request: Request, response: Response) -> Any:
+    """Label a text with a classifier (topic, sentiment, ...), one text or a batch."""
+    return await _predict(request, response, "classify", body)
+
+
+@router.post("/entailment", response_model=Union[Prediction, BatchPredictions], responses=_ERRORS, tags=["inference"])
+async def entailment(body: EntailmentBody, request: Request, response: Response) -> Any:
+    """Does the premise entail the hypothesis? One pair or a batch."""
+    return await _predict(request, response, "entailment", body)
+
+
+@router.post("/verify", response_model=Union[VerifyPrediction, VerifyBatchPredictions], responses=_ERRORS,
+             tags=["inference"])
+async def verify(body: VerifyBody, request: Request, response: Response) -> Any:
+    """Verify a claim against evidence sentences; `evidence_scores` weighs each one."""
+    return await _predict(request, response, "verify", body)
+
+
+@router.get("/health/live", response_model=Health, tags=["health"])
+async def live() -> Any:
+    return {"status": "alive"}
+
+
+@router.get("/health/ready", response_model=Health, responses={503: {"model": ErrorBody}}, tags=["health"])
+async def ready(request: Request) -> Any:
+    """200 when every model is loaded and warmed up, else 503."""
+    service = _service(request)
+    if service.draining:
+        raise ShuttingDown("the server is shutting down")
+    statuses = {name: e.status for name, e in sorted(service.models.items())}
+    if not service.ready:
+        if not service.models and service.loaded:
+            raise NotReady("no model could be loaded", headers={"Retry-After": "5"})
+        raise NotReady(f"models not ready: {statuses}", headers={"Retry-After": "5"})
+    return {"status": "ready", "models": statuses}
+
+
+@router.get("/v1/models", response_model=ModelList, tags=["models"])
+async def list_models(request: Request) -> Any:
+    service = _service(request)
+    out = []
+    for name, e in sorted(service.models.items()):
+        info: dict[str, Any] = {"name": name, "status": e.status, "error": e.error}
+        if e.config is not None:
+            c = e.config
+            info.update(task=c.task, architecture=c.architecture, version=c.version, description=c.description,
+                        labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
+                        metrics=c.metrics, default=service.default_name(c.task) == name)
+        if e.runtime is not None:
+            info.update(provider=e.runtime.provider, intra_op_threads=e.runtime.threads,
+                        length_buckets=e.runtime.buckets)
+        out.append(ModelInfo(**info))
+    return {"models": out}
+
+
+@router.get("/metrics", response_class=PlainTextResponse, tags=["health"])
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(_service(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,228 @@
+"""One onnxruntime session per bundle: provider choice, length buckets, padding, warm-up, run.
+
+The runtime knows nothing of HTTP or queues. The batcher hands it a list of `Item`s that share
+one bucket shape; it pads them to that shape (so the shapes a server sees are the few it warmed
+up), runs the graph, and returns each item's own slice of the outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from service.bundle import Bundle, BundleError, check_output_width, load_bundle
+from service.tokenization import PAD_ID, TextEncoder, pad_2d, pad_3d
+
+log = logging.getLogger("service.runtime")
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+# Smallest length bucket: below it padding costs less than an extra shape.
+MIN_LENGTH_BUCKET = 8
+# Any real id for warm-up inputs ([UNK]); the values do not matter, the shapes do.
+WARMUP_ID = 1
+
+
+class DeviceUnavailable(RuntimeError):
+    """DEVICE=cuda asked for a GPU that this onnxruntime build or machine does not have."""
+
+
+def requested_providers(device: str) -> list[str]:
+    """Execution providers to ask onnxruntime for. DEVICE=cuda without a CUDA-enabled
+    onnxruntime fails here, before the server binds its port."""
+    available = ort.get_available_providers()
+    if device == "cpu":
+        return [CPU]
+    if device == "cuda":
+        if CUDA not in available:
+            raise DeviceUnavailable(
+                f"ATTSERVE_DEVICE=cuda but onnxruntime {ort.__version__} offers no {CUDA} "
+                f"(available: {available}); install onnxruntime-gpu on a machine with an NVIDIA GPU "
+                f"or set ATTSERVE_DEVICE=cpu"
+            )
+        return [CUDA, CPU]
+    return [CUDA, CPU] if CUDA in available else [CPU]
+
+
+def length_buckets(max_length: int, smallest: int = MIN_LENGTH_BUCKET) -> list[int]:
+    """Powers of two from `smallest` below `max_length`, then `max_length` itself."""
+    out, n = [], smallest
+    while n < max_length:
+        out.append(n)
+        n *= 2
+    return out + [max_length]
+
+
+def bucket_of(n: int, buckets: Sequence[int]) -> int:
+    for b in buckets:
+        if n <= b:
+            return b
+    return buckets[-1]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row softmax, shifted by the row max so exp never overflows."""
+    z = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input's token ids (per graph input: a list of ids, or for evidence a list of id
+    lists), the bucket shape it pads to, and the padded tokens it costs."""
+
+    ids: tuple
+    shape: tuple[int, ...]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ItemOutput:
+    logits: np.ndarray  # (C,)
+    evidence_scores: np.ndarray | None  # (K,) for verification, this item's evidence only
+
+
+class ModelRuntime:
+    def __init__(self, bundle: Bundle, session: ort.InferenceSession, threads: int) -> None:
+        self.bundle = bundle
+        self.config = bundle.config
+        self.session = session
+        self.threads = threads
+        self.encoder = TextEncoder.from_file(bundle.tokenizer_path)
+        self.provider = session.get_providers()[0]
+        self.input_names = list(self.config.inputs)
+        self.output_names = list(self.config.outputs)
+        self.buckets = {name: length_buckets(self.config.max_lengths[name]) for name in self.input_names}
+        self.evidence_buckets = (
+            length_buckets(self.config.max_evidence, smallest=1) if self.config.task == "verification" else []
+        )
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @classmethod
+    def load(cls, path: str | Path, providers: list[str], threads: int) -> "ModelRuntime":
+        """Verify the bundle (checksums, label count vs logits width) and open its session."""
+        bundle = load_bundle(path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Batches arrive in bursts; spinning worker threads between them would burn the cores
+        # the other models and the event loop need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(str(bundle.model_path), sess_options=options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise BundleError(f"{bundle.model_path}: onnxruntime cannot load it: {exc}") from None
+        actual = session.get_providers()
+        if providers[0] == CUDA and actual[0] != CUDA:
+            # onnxruntime-gpu silently falls back to CPU when CUDA libraries are missing.
+            raise DeviceUnavailable(
+                f"{bundle.model_path}: {CUDA} requested but onnxruntime runs it on {actual[0]} "
+                f"(CUDA/cuDNN libraries or the GPU missing)"
+            )
+        width = session.get_outputs()[0].shape[-1]
+        check_output_width(bundle, width)
+        return cls(bundle, session, threads)
+
+    # --- items --------------------------------------------------------------------------
+
+    def make_item(self, ids: Sequence) -> Item:
+        """`ids` per graph input: a list of ids, or (evidence) a list of id lists."""
+        shape: list[int] = []
+        tokens = 0
+        for name, value in zip(self.input_names, ids):
+            if name == "evidence_ids":
+                count = bucket_of(len(value), self.evidence_buckets)
+                length = bucket_of(max(len(v) for v in value), self.buckets[name])
+                shape += [count, length]
+                tokens += count * length
+            else:
+                length = bucket_of(len(value), self.buckets[name])
+                shape.append(length)
+                tokens += length
+        return Item(tuple(ids), tuple(shape), tokens)
+
+    def feeds(self, items: Sequence[Item]) -> dict[str, np.ndarray]:
+        """Pad items that share one bucket shape to exactly that shape."""
+        shape = items[0].shape
+        out: dict[str, np.ndarray] = {}
+        at = 0
+        for i, name in enumerate(self.input_names):
+            column = [item.ids[i] for item in items]
+            if name == "evidence_ids":
+                count, length = shape[at], shape[at + 1]
+                at += 2
+                arr = pad_3d(column, min_length=length)  # (B, K', Le), K' = most evidence here
+                if arr.shape[1] < count:
+                    arr = np.pad(arr, ((0, 0), (0, count - arr.shape[1]), (0, 0)), constant_values=PAD_ID)
+            else:
+                arr = pad_2d(column, min_length=shape[at])  # (B, L)
+                at += 1
+            out[name] = arr
+        return out
+
+    # --- inference ----------------------------------------------------------------------
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if self.provider == CUDA:
+            # IO binding: inputs copied to the GPU once, outputs fetched once, no per-run staging.
+            binding = self.session.io_binding()
+            for name, arr in feeds.items():
+                binding.bind_cpu_input(name, arr)
+            for name in self.output_names:
+                binding.bind_output(name, "cuda")
+            self.session.run_with_iobinding(binding)
+            return binding.copy_outputs_to_cpu()
+        return self.session.run(self.output_names, feeds)
+
+    def infer(self, items: Sequence[Item]) -> list[ItemOutput]:
+        """Run one batch (items of one bucket shape); each item gets back its own rows."""
+        outputs = self.run(self.feeds(items))
+        logits = outputs[0]  # (B, C)
+        scores = outputs[1] if len(outputs) > 1 else None  # (B, K)
+        results = []
+        for row, item in enumerate(items):
+            evidence = None
+            if scores is not None:
+                evidence = scores[row, : len(item.ids[1])]
+            results.append(ItemOutput(logits[row], evidence))
+        return results
+
+    def warmup_shapes(self, max_batch_size: int, max_batch_tokens: int) -> list[tuple[int, Item]]:
+        """(batch size, item) pairs covering every length bucket at batch size 1 and at the
+        largest batch the token budget allows, so no first request pays for a new shape."""
+        depth = max(len(b) for b in self.buckets.values())
+        if self.evidence_buckets:
+            depth = max(depth, len(self.evidence_buckets))
+        shapes = []
+        for level in range(depth):
+            ids: list = []
+            for name in self.input_names:
+                length = self.buckets[name][min(level, len(self.buckets[name]) - 1)]
+                if name == "evidence_ids":
+                    count = self.evidence_buckets[min(level, len(self.evidence_buckets) - 1)]
+                    ids.append([[WARMUP_ID] * length for _ in range(count)])
+                else:
+                    ids.append([WARMUP_ID] * length)
+            item = self.make_item(ids)
+            largest = max(1, min(max_batch_size, max_batch_tokens // item.tokens))
+            for size in sorted({1, largest}):
+                shapes.append((size, item))
+        return shapes
+
+    def warmup(self, max_batch_size: int, max_batch_tokens: int) -> float:
+        """Run every warm-up shape once; returns seconds taken."""
+        start = time.perf_counter()
+        for size, item in self.warmup_shapes(max_batch_size, max_batch_tokens):
+            self.infer([item] * size)
+        return time.perf_counter() - start

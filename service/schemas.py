@@ -1,0 +1,148 @@
+"""Request and response bodies of the HTTP API (pydantic; they are also the OpenAPI schema).
+
+Each inference endpoint takes a single input (`{"premise", "hypothesis", "model"?}`) or a
+batch (`{"inputs": [...], "model"?}`). The form is picked by the presence of `inputs`, so a
+validation error speaks only about the form the client meant.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("text must not be empty or whitespace-only")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_not_blank)]
+ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+class ClassifyInput(_Body):
+    text: Text
+
+
+class EntailmentInput(_Body):
+    premise: Text
+    hypothesis: Text
+
+
+class VerifyInput(_Body):
+    claim: Text
+    evidence: list[Text] = Field(min_length=1, description="evidence sentences; at most the model's max_evidence")
+
+
+class ClassifyRequest(ClassifyInput):
+    model: ModelName = None
+
+
+class EntailmentRequest(EntailmentInput):
+    model: ModelName = None
+
+
+class VerifyRequest(VerifyInput):
+    model: ModelName = None
+
+
+class ClassifyBatchRequest(_Body):
+    inputs: list[ClassifyInput] = Field(min_length=1)
+    model: ModelName = None
+
+
+class EntailmentBatchRequest(_Body):
+    inputs: list[EntailmentInput] = Field(min_length=1)
+    model: ModelName = None
+
+
+class VerifyBatchRequest(_Body):
+    inputs: list[VerifyInput] = Field(min_length=1)
+    model: ModelName = None
+
+
+def _form(value: Any) -> str:
+    if isinstance(value, dict):
+        return "batch" if "inputs" in value else "single"
+    return "batch" if hasattr(value, "inputs") else "single"
+
+
+ClassifyBody = Annotated[
+    Union[Annotated[ClassifyRequest, Tag("single")], Annotated[ClassifyBatchRequest, Tag("batch")]],
+    Discriminator(_form),
+]
+EntailmentBody = Annotated[
+    Union[Annotated[EntailmentRequest, Tag("single")], Annotated[EntailmentBatchRequest, Tag("batch")]],
+    Discriminator(_form),
+]
+VerifyBody = Annotated[
+    Union[Annotated[VerifyRequest, Tag("single")], Annotated[VerifyBatchRequest, Tag("batch")]],
+    Discriminator(_form),
+]
+
+
+# --- answers --------------------------------------------------------------------------------
+
+class Prediction(BaseModel):
+    label: str
+    scores: dict[str, float] = Field(description="probability of each label, summing to 1")
+    model: str
+    truncated: bool = Field(description="true when a text of this input was cut to the model's max length")
+
+
+class VerifyPrediction(Prediction):
+    evidence_scores: list[float] = Field(description="weight of each evidence sentence, in input order")
+
+
+class BatchPredictions(BaseModel):
+    results: list[Prediction]
+
+
+class VerifyBatchPredictions(BaseModel):
+    results: list[VerifyPrediction]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ModelInfo(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+    name: str
+    status: Literal["loading", "ready", "failed"]
+    task: str | None = None
+    architecture: str | None = None
+    version: str | None = None
+    description: str = ""
+    labels: list[str] = Field(default_factory=list)
+    provider: str | None = Field(None, description="onnxruntime execution provider actually running the model")
+    max_lengths: dict[str, int] = Field(default_factory=dict)
+    max_evidence: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    default: bool = Field(False, description="the model used for its task when a request names none")
+    intra_op_threads: int | None = None
+    length_buckets: dict[str, list[int]] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class Health(BaseModel):
+    status: str
+    models: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,85 @@
+"""Service settings: environment variables with the `ATTSERVE_` prefix (pydantic-settings).
+
+`ATTSERVE_MODELS` takes a comma-separated allow-list (`topic,sentiment`); every other field is
+a plain scalar. `attserve serve` / `python -m service` options override the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# The bundled models shipped with the repository: <repo>/model_repository.
+DEFAULT_MODEL_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity/cgroup-aware where the OS says, unlike
+    os.cpu_count(), which onnxruntime would otherwise size its pool by)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ATTSERVE_", extra="ignore", protected_namespaces=())
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    model_repository: Path = DEFAULT_MODEL_REPOSITORY
+    # Serve only these bundle names (None: every bundle in the repository).
+    models: Annotated[list[str] | None, NoDecode] = None
+    # Default model per task; None: the first loaded model of that task in name order.
+    default_classification_model: str | None = None
+    default_entailment_model: str | None = None
+    default_verification_model: str | None = None
+
+    # Dynamic batching (per model): a batch closes at max_batch_size items, at
+    # max_batch_tokens padded tokens, or max_batch_delay_ms after its first item arrived.
+    max_batch_size: int = Field(32, ge=1)
+    max_batch_delay_ms: float = Field(5.0, ge=0)
+    max_batch_tokens: int = Field(16384, ge=1)
+    # Items (not requests) waiting per model before new requests get 429.
+    max_queue: int = Field(1024, ge=1)
+    request_timeout_ms: float = Field(30_000, gt=0)
+
+    # onnxruntime
+    intra_op_threads: int | None = Field(None, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    # Request limits
+    max_inputs_per_request: int = Field(64, ge=1)
+    max_body_bytes: int = Field(1 << 20, ge=1)
+
+    shutdown_timeout_s: float = Field(30.0, ge=0)
+    log_level: str = "INFO"
+    access_log: bool = False
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if isinstance(value, str):
+            names = [v.strip() for v in value.split(",") if v.strip()]
+            return names or None
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper_level(cls, value: str) -> str:
+        return value.upper()
+
+    def default_model(self, task: str) -> str | None:
+        return getattr(self, f"default_{task}_model")
+
+    def threads_per_model(self, model_count: int) -> int:
+        """intra-op threads of each session. Every model runs its batches on its own thread
+        concurrently, so the default shares the CPUs out instead of giving each session all
+        of them (onnxruntime's default, which oversubscribes: onnxruntime #9800)."""
+        if self.intra_op_threads is not None:
+            return self.intra_op_threads
+        return max(1, available_cpus() // max(1, model_count))

