@@ -146,6 +146,7 @@ def random_batches(
     traced = _traced_sizes(task)
 
     def unseen_length(limit: int) -> int:
+        # Short lengths (<= 40) keep the sweep cheap; the max-length batches cover long ones.
         choices = [n for n in range(1, min(limit, 40) + 1) if n not in traced]
         return int(rng.choice(choices)) if choices else limit
 

@@ -4,7 +4,7 @@ seed, exported through the project's one bundle writer (export.bundle.write_bund
 ONNX export, parity check, config.json through service.bundle.BundleConfig).
 
 Tests import torch/models only here, to BUILD bundles; the service under test never does.
-Use the `service_bundles` session fixture (import it into the test module).
+The `service_bundles` session fixture is registered for every test module by conftest.py.
 """
 
 from __future__ import annotations
@@ -97,16 +97,9 @@ def service_bundles(tmp_path_factory) -> Path:
     prebuilt = os.environ.get("ATTSERVE_TEST_BUNDLES")
     if prebuilt:
         return Path(prebuilt)
-    # Each test module imports this fixture, which pytest then caches per module; the
-    # repository itself is built once per session here.
-    if "root" not in _BUILT:
-        root = tmp_path_factory.mktemp("bundles") / "repository"
-        build_bundles(root)
-        _BUILT["root"] = root
-    return _BUILT["root"]
-
-
-_BUILT: dict[str, Path] = {}
+    root = tmp_path_factory.mktemp("bundles") / "repository"
+    build_bundles(root)
+    return root
 
 
 def copy_repository(source: Path, target: Path, names: list[str] | None = None) -> Path:

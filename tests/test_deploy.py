@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from bundles import service_bundles  # noqa: F401  (session fixture: the tiny model repository)
 from test_prometheus_e2e import dashboard_queries, running_service, send_traffic
 
 REPO = Path(__file__).resolve().parents[1]

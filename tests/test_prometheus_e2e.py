@@ -26,7 +26,6 @@ import httpx
 import pytest
 import yaml
 
-from bundles import service_bundles  # noqa: F401  (session fixture: the tiny model repository)
 
 REPO = Path(__file__).resolve().parents[1]
 PROMETHEUS_CONFIG = REPO / "docker" / "prometheus" / "prometheus.yml"

@@ -12,7 +12,7 @@ import math
 import httpx
 import pytest
 
-from bundles import SPECS, metric_samples, running_app, service_bundles  # noqa: F401 (fixture)
+from bundles import SPECS, metric_samples, running_app
 from service.app import create_app
 from service.runtime import DeviceUnavailable
 from service.settings import Settings

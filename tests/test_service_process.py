@@ -19,7 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bundles import service_bundles  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = {"torch", "models", "training", "export"}

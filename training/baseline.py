@@ -27,7 +27,7 @@ from training.examples import ClaimExample, DatasetSplits, Example, PairExample,
 
 log = logging.getLogger(__name__)
 
-C_GRID = (0.25, 1.0, 4.0)
+C_GRID = (0.25, 1.0, 4.0, 16.0)
 
 
 def _vectorizer(ngrams: tuple[int, int] = (1, 2)) -> TfidfVectorizer:
