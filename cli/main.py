@@ -8,6 +8,7 @@ import time, so `attserve serve` never loads torch and `--help` is instant.
 from __future__ import annotations
 
 import importlib
+import logging
 
 import typer
 
@@ -27,6 +28,22 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "service.commands": ("serve",),
     "bench.commands": ("bench",),
 }
+
+# Our own loggers at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.
+PROJECT_LOGGERS = ("cli", "models", "training", "export", "service", "bench")
+
+
+@app.callback()
+def main(
+    log_level: str = typer.Option("INFO", "--log-level", help="Level of attserve's own log lines."),
+    log_format: str = typer.Option("text", "--log-format", help="text (key=value) or json (one object per line)."),
+) -> None:
+    from service.logs import configure_logging
+
+    configure_logging("WARNING", log_format)
+    for name in PROJECT_LOGGERS:
+        logging.getLogger(name).setLevel(log_level.upper())
+
 
 for module_name, names in COMMAND_MODULES.items():
     try:

@@ -30,12 +30,6 @@ def export(
     """Export a checkpoint to an ONNX bundle (model.onnx, tokenizer.json, config.json) after
     checking that onnxruntime reproduces PyTorch within 1e-4."""
     from rich.console import Console
-    from rich.logging import RichHandler
-
-    if not logging.getLogger().handlers:
-        # Our steps at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.
-        logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[RichHandler(show_path=False)])
-        logging.getLogger("export").setLevel(logging.INFO)
     console = Console()
 
     from export.bundle import write_bundle

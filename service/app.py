@@ -14,7 +14,6 @@ while clients of the healthy models are not cut off.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -37,38 +36,6 @@ log = logging.getLogger("service.app")
 # Paths of the inference endpoints -> the `endpoint` metric label.
 ENDPOINTS = {"/classify": "classify", "/entailment": "entailment", "/verify": "verify"}
 TASK_OF_ENDPOINT = {"classify": "classification", "entailment": "entailment", "verify": "verification"}
-
-
-# --- logging ------------------------------------------------------------------------------
-
-_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and every `extra=` field."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        out.update({k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS})
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).handlers[:] = []
-        logging.getLogger(name).propagate = True
 
 
 # --- model registry -------------------------------------------------------------------------

@@ -81,15 +81,20 @@ class Batcher:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
 
-    def submit(self, items: Sequence[Item], deadline: float) -> list[asyncio.Future]:
-        """Queue a request's items together or not at all (429 when they do not all fit)."""
+    def check_room(self, count: int) -> None:
+        """503 while closing, 429 when `count` more items would not fit the queue. Routes call
+        it before tokenizing too, so shed requests cost no tokenization."""
         if self._closing:
             raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-        if self._state.count + len(items) > self.max_queue:
+        if self._state.count + count > self.max_queue:
             raise QueueFull(
                 f"model {self.name!r} has {self._state.count} items queued (limit {self.max_queue}); retry later",
                 headers={"Retry-After": "1"},
             )
+
+    def submit(self, items: Sequence[Item], deadline: float) -> list[asyncio.Future]:
+        """Queue a request's items together or not at all (429 when they do not all fit)."""
+        self.check_room(len(items))
         loop = asyncio.get_running_loop()
         now = loop.time()
         futures = []

@@ -33,7 +33,8 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from service.app import configure_logging, create_app
+    from service.app import create_app
+    from service.logs import configure_logging
     from service.runtime import DeviceUnavailable
     from service.settings import Settings
 

@@ -106,6 +106,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's answer to a body json.loads cannot take beyond a JSON syntax error
+            # (invalid UTF-8, nesting too deep): malformed JSON, so the same 422 as a syntax error
+            cause = type(exc.__cause__).__name__ if exc.__cause__ else "unparseable body"
+            return error_response(422, "invalid_input", f"body: not valid UTF-8 JSON ({cause})")
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
         return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 

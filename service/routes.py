@@ -42,8 +42,10 @@ router = APIRouter()
 
 # Tokenizing on the event loop costs ~0.17 ms for one short text, a threadpool hop ~0.21 ms;
 # at 64 texts both take ~3 ms but inline would block every other request that long. So small
-# requests tokenize inline and big ones in the default threadpool.
+# requests tokenize inline and big ones in the default threadpool: many texts, or long ones
+# (~0.5 us a character: a 1 MB text would hold the event loop ~0.5 s).
 OFFLOAD_TOKENIZATION_TEXTS = 16
+OFFLOAD_TOKENIZATION_CHARS = 16_384
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
@@ -92,6 +94,13 @@ async def _await_items(request: Request, futures: list[asyncio.Future], timeout_
             gathered.cancel()
         elif not gathered.cancelled():
             gathered.exception()  # retrieved, so asyncio does not warn about it
+
+
+def _texts(x: Any, task: str) -> list[str]:
+    """Every text of one input."""
+    if task == "verification":
+        return [x.claim, *x.evidence]
+    return [getattr(x, field) for field in _FIELDS[task]]
 
 
 def _encode(entry: ModelEntry, inputs: Sequence[Any]) -> tuple[list[list], list[bool]]:
@@ -146,8 +155,10 @@ async def _predict(request: Request, response: Response, endpoint: str, body: An
                 where = f"inputs[{i}].evidence" if batch else "evidence"
                 raise TooManyEvidence(f"{where}: {len(x.evidence)} items; model {entry.name!r} takes at most {limit}")
 
-    texts = sum(len(x.evidence) + 1 if task == "verification" else len(_FIELDS[task]) for x in inputs)
-    if texts >= OFFLOAD_TOKENIZATION_TEXTS:
+    # shed before tokenizing: a rejected request should cost as little as possible
+    entry.batcher.check_room(len(inputs))
+    texts = [t for x in inputs for t in _texts(x, task)]
+    if len(texts) >= OFFLOAD_TOKENIZATION_TEXTS or sum(map(len, texts)) >= OFFLOAD_TOKENIZATION_CHARS:
         ids, truncated = await asyncio.to_thread(_encode, entry, inputs)
     else:
         ids, truncated = _encode(entry, inputs)

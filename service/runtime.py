@@ -95,7 +95,10 @@ class ModelRuntime:
         self.config = bundle.config
         self.session = session
         self.threads = threads
-        self.encoder = TextEncoder.from_file(bundle.tokenizer_path)
+        try:
+            self.encoder = TextEncoder.from_file(bundle.tokenizer_path)
+        except Exception as exc:  # tokenizers raises plain Exception; TextEncoder ValueError
+            raise BundleError(f"{bundle.tokenizer_path}: tokenizers cannot load it: {exc}") from None
         self.provider = session.get_providers()[0]
         self.input_names = list(self.config.inputs)
         self.output_names = list(self.config.outputs)

@@ -12,13 +12,19 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
-def _not_blank(text: str) -> str:
+def _valid_text(text: str) -> str:
     if not text.strip():
         raise ValueError("text must not be empty or whitespace-only")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # a JSON escape like "\ud800" decodes to a lone surrogate, which is no character and
+        # which the tokenizer cannot take
+        raise ValueError("text contains a lone UTF-16 surrogate (\\ud800-\\udfff)") from None
     return text
 
 
-Text = Annotated[str, AfterValidator(_not_blank)]
+Text = Annotated[str, AfterValidator(_valid_text)]
 ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
 
 

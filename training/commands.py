@@ -7,7 +7,6 @@ and the serving image has no torch. Each command imports what it needs when it r
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -17,11 +16,6 @@ DataDir = Annotated[
     Optional[Path],
     typer.Option("--data-dir", help="Dataset/GloVe cache (default: $ATTSERVE_DATA_DIR or <repo>/data_cache)."),
 ]
-
-
-def _setup_logging() -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def _metrics_tables(title: str, metrics: dict[str, Any]) -> list[Any]:
@@ -63,8 +57,6 @@ def train(
     """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics)."""
     from training.recipes import TrainSection, load_recipe
     from training.trainer import train as run_train
-
-    _setup_logging()
     loaded = load_recipe(recipe)
     changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples}.items() if v is not None}
     if changes:
@@ -89,8 +81,6 @@ def evaluate(
 ) -> None:
     """Score a checkpoint on a split: accuracy, per-class P/R/F1, macro F1, confusion matrix."""
     from training.trainer import evaluate as run_evaluate
-
-    _setup_logging()
     metrics = run_evaluate(checkpoint, split, batch_size=batch_size, cache_dir=data_dir)
     _print_metrics(f"{checkpoint.name}: {split}", metrics)
     if json_out is not None:
@@ -107,8 +97,6 @@ def baseline(
     from training.baseline import run_baseline
     from training.recipes import DATASET_TASKS, Recipe, load_recipe
     from training.trainer import load_splits
-
-    _setup_logging()
     if target in DATASET_TASKS:
         from training.datasets import load_dataset
 

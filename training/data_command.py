@@ -6,7 +6,6 @@ is imported inside the command.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,8 +32,6 @@ def data(
     from training.datasets import LOADERS, label_counts, load_dataset
     from training.embeddings import load_glove
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     known = [*LOADERS, GLOVE]
     wanted = list(dict.fromkeys(names or known))
     unknown = [n for n in wanted if n not in known]

@@ -1,0 +1,177 @@
+"""In-process measurements, run as their own pinned process (`python -m bench.engine SPEC`,
+SPEC a JSON file; prints `BENCH_JSON {...}`), so the parent's imports and threads do not
+share the measured core.
+
+- engine ceiling: the service's own runtime (service.runtime.ModelRuntime: same session
+  options, length buckets and padding) fed full batches of one bucket shape, encoded by the
+  service's own request encoder: what the batcher could reach with no HTTP and no waiting.
+- onnxruntime vs PyTorch eager on identical padded batches (training.batching.encode_examples).
+- ACT vs the Transformer baseline at the paper's settings: parameters and time per batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+# ACT paper section 3.3 settings (Yelp F.: 5 classes); word embeddings 300-d.
+PAPER_SETTINGS = {"num_labels": 5, "embedding_dim": 300}
+PAPER_VOCAB = 30_000  # the speed test's vocabulary; parameter figures exclude word embeddings
+ACT_BATCH = 100
+
+
+def timed(fn: Callable[[], object], seconds: float, min_repeats: int = 3) -> list[float]:
+    """Wall seconds of repeated calls of `fn`, for at least `seconds` and `min_repeats` calls."""
+    durations: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(durations) < min_repeats or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        fn()
+        durations.append(time.perf_counter() - t0)
+    return durations
+
+
+def summary_ms(durations: list[float]) -> dict:
+    return {"median_ms": round(1000 * statistics.median(durations), 3),
+            "mean_ms": round(1000 * statistics.fmean(durations), 3), "repeats": len(durations)}
+
+
+def load_runtime(bundle: Path, threads: int):
+    from service.runtime import CPU, ModelRuntime
+
+    return ModelRuntime.load(bundle, [CPU], threads)
+
+
+def service_items(runtime, examples: list) -> list:
+    """Examples -> the batcher's items, through the service's own request encoder."""
+    from service.app import ModelEntry
+    from service.routes import _encode
+
+    entry = ModelEntry(runtime.name, runtime.bundle.path, runtime.config, status="ready", runtime=runtime)
+    ids, _ = _encode(entry, examples)
+    return [runtime.make_item(row) for row in ids]
+
+
+def engine_ceiling(runtime, examples: list, batch_sizes: list[int], seconds: float) -> dict:
+    """Items per second of `runtime.infer` on full batches of one bucket shape each."""
+    items = service_items(runtime, examples)
+    by_shape: dict[tuple, list] = {}
+    for item in items:
+        by_shape.setdefault(item.shape, []).append(item)
+    runtime.warmup(max(batch_sizes), 1 << 30)
+    out = {}
+    for size in batch_sizes:
+        batches = [group[i : i + size] for group in by_shape.values() for i in range(0, len(group), size)]
+        done = 0
+        t0 = time.perf_counter()
+        while True:  # whole passes over the examples, so the mix of shapes is the test set's
+            for batch in batches:
+                runtime.infer(batch)
+            done += len(items)
+            if time.perf_counter() - t0 >= seconds:
+                break
+        elapsed = time.perf_counter() - t0
+        out[str(size)] = {"batch_size": size, "items_per_s": round(done / elapsed, 2),
+                          "ms_per_batch": round(1000 * elapsed / (done / len(items) * len(batches)), 3),
+                          "items": done, "seconds": round(elapsed, 3)}
+    return out
+
+
+def ort_vs_torch(runtime, checkpoint: Path, examples: list, batch_sizes: list[int], seconds: float) -> dict:
+    """Time per batch of the ONNX graph (onnxruntime) and of the checkpoint's PyTorch network
+    (eager, inference mode) on the same padded id arrays."""
+    import numpy as np
+    import torch
+
+    from training.batching import encode_examples
+    from training.checkpoint import load_checkpoint
+
+    network, _ = load_checkpoint(checkpoint)
+    config = runtime.config
+    out = {}
+    for size in batch_sizes:
+        arrays = [encode_examples(runtime.encoder, examples[i : i + size], config.max_lengths, config.max_evidence)
+                  for i in range(0, len(examples) - size + 1, size)][:50]
+        feeds = [dict(zip(config.inputs, a)) for a in arrays]
+        tensors = [tuple(torch.from_numpy(x) for x in a) for a in arrays]
+        with torch.inference_mode():  # same answers first: the comparison is of equal work
+            gap = max(float(np.abs(runtime.run(f)[0] - network.logits_from_ids(*t).numpy()).max())
+                      for f, t in zip(feeds[:3], tensors[:3]))
+        ort_calls = itertools.cycle(feeds)
+        torch_calls = itertools.cycle(tensors)
+
+        def run_ort(calls=ort_calls) -> None:
+            runtime.run(next(calls))
+
+        def run_torch(calls=torch_calls) -> None:
+            with torch.inference_mode():
+                network.logits_from_ids(*next(calls))
+
+        run_ort()  # first calls allocate
+        run_torch()
+        ort_t, torch_t = summary_ms(timed(run_ort, seconds)), summary_ms(timed(run_torch, seconds))
+        out[str(size)] = {"batch_size": size, "onnxruntime": ort_t, "torch_eager": torch_t,
+                          "speedup": round(torch_t["median_ms"] / ort_t["median_ms"], 3),
+                          "max_abs_logit_diff": round(gap, 6)}
+    return out
+
+
+def act_vs_transformer(length: int, seconds: float) -> dict:
+    """Parameters (without word embeddings, as the paper's 1.49M / 3.38M) and eager time per
+    batch of 100 texts of `length` tokens, ACT vs the Transformer baseline at paper settings."""
+    import torch
+
+    from models import build_network
+
+    torch.manual_seed(0)
+    ids = torch.randint(1, PAPER_VOCAB, (ACT_BATCH, length))
+    out = {}
+    for name in ("act", "transformer"):
+        network = build_network(name, vocab_size=PAPER_VOCAB, **PAPER_SETTINGS).eval()
+        params = sum(p.numel() for p in network.parameters()) - network.embeddings.weight.numel()
+
+        def forward(network=network) -> None:
+            with torch.inference_mode():
+                network.logits_from_ids(ids)
+
+        forward()
+        out[name] = {"parameters_without_word_embeddings": params,
+                     "encoder_parameters": network.encoder_parameter_count(), **summary_ms(timed(forward, seconds))}
+    out["settings"] = {**PAPER_SETTINGS, "model_dim": 300, "num_layers": 3, "num_heads": 6, "num_filters": 100,
+                       "kernel_size": 3, "batch": ACT_BATCH, "length": length}
+    out["params_ratio"] = round(out["act"]["parameters_without_word_embeddings"]
+                                / out["transformer"]["parameters_without_word_embeddings"], 3)
+    out["speedup"] = round(out["transformer"]["median_ms"] / out["act"]["median_ms"], 3)
+    out["paper"] = {"params_ratio": 0.44, "speedup": 2.7}
+    return out
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    threads = spec["threads"]
+    if spec.get("torch"):
+        import torch
+
+        torch.set_num_threads(threads)
+    result: dict = {"threads": threads}
+    if "bundle" in spec:
+        from bench.workloads import read_examples
+
+        examples = read_examples(Path(spec["examples"]))
+        runtime = load_runtime(Path(spec["bundle"]), threads)
+        result["ceiling"] = engine_ceiling(runtime, examples, spec["batch_sizes"], spec["seconds"])
+        if spec.get("checkpoint"):
+            result["ort_vs_torch"] = ort_vs_torch(runtime, Path(spec["checkpoint"]), examples,
+                                                  spec["compare_batch_sizes"], spec["seconds"])
+    if spec.get("act_length"):
+        result["act_vs_transformer"] = act_vs_transformer(spec["act_length"], spec["seconds"])
+    print("BENCH_JSON " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,814 @@
+"""Reliability runs against a real `python -m service` process (issue 8).
+
+One subcommand per scenario; each starts its own server on 127.0.0.1, writes one JSON result
+(`passed` plus the figures) and exits 1 when an acceptance check fails:
+
+    python scripts/reliability.py isolation --repository DIR --requests 10000 --concurrency 64  # R1
+    python scripts/reliability.py overload  --repository DIR --factor 4 --duration 30          # R2
+    python scripts/reliability.py shutdown  --repository DIR --load 5                          # R4
+    python scripts/reliability.py soak      --repository DIR --minutes 10 --load 0.5           # R6
+
+DIR is a model repository (default: the bundled `model_repository/`); results go to
+`runs/reliability/<scenario>.json` unless `--out` says otherwise. tests/test_reliability.py
+runs the same scenario functions at CI size.
+
+The requests are generated from what the repository serves: every bundle's task, limits and
+tokenizer vocabulary (words the models know, plus lengths past each max length so truncation
+is exercised), so the scenarios run on any set of bundles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import httpx
+import numpy as np
+import typer
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a file: make the project's packages importable
+    sys.path.insert(0, str(REPO))
+
+from service.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config  # noqa: E402
+from service.settings import DEFAULT_MODEL_REPOSITORY  # noqa: E402
+from service.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder  # noqa: E402
+
+log = logging.getLogger("scripts.reliability")
+
+ENDPOINT_OF_TASK = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
+TEXT_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim",)}
+# Scores of a batched answer may differ from the solo answer by float reassociation only.
+SCORE_TOLERANCE = 1e-5
+# uvicorn logs this when its graceful-shutdown timeout cancels requests still running.
+UVICORN_CANCELLED = "timeout graceful shutdown exceeded"
+ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
+
+
+# --- the service under test -----------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceProcess:
+    """`python -m service` on a free local port with `ATTSERVE_*` settings; its JSON log lines
+    (stderr) go to `log_path`, which stays behind for inspection."""
+
+    def __init__(self, repository: Path, log_path: Path, **settings: Any) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path)
+        self.env = {
+            **os.environ,
+            "ATTSERVE_HOST": "127.0.0.1",
+            "ATTSERVE_PORT": str(self.port),
+            "ATTSERVE_MODEL_REPOSITORY": str(repository),
+            **{f"ATTSERVE_{key.upper()}": str(value) for key, value in settings.items()},
+        }
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, ready: bool = True, timeout_s: float = 120.0) -> "ServiceProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w") as stderr:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=self.env,
+                                         stdout=subprocess.DEVNULL, stderr=stderr)
+        self.wait_for("/health/ready" if ready else "/health/live", timeout_s)
+        return self
+
+    def wait_for(self, path: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.base + path, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{path} not 200 within {timeout_s} s; log: {self.log_path}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        """Resident set size from /proc (Linux)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS in /proc status")
+
+    def log_records(self) -> list[dict]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    def terminate(self, timeout_s: float = 60.0) -> float:
+        """SIGTERM, wait for exit; returns the seconds it took (the process is killed, and
+        RuntimeError raised, past `timeout_s`)."""
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"service did not exit within {timeout_s} s of SIGTERM") from None
+        return time.monotonic() - start
+
+    def __enter__(self) -> "ServiceProcess":
+        return self if self.proc is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- workload -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    task: str
+    max_lengths: dict[str, int]
+    max_evidence: int | None
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request and, for each of its inputs in answer order, the body that asks for
+    that input alone (its solo request)."""
+
+    path: str
+    body: dict
+    solo: tuple[str, ...]  # JSON bodies
+
+
+def repository_models(repository: Path, names: Sequence[str] | None = None) -> list[ModelSpec]:
+    """The bundles of a repository (valid config.json and tokenizer only), by name."""
+    out = []
+    for path in sorted(p for p in Path(repository).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            config = read_config(path / CONFIG_FILE)
+            vocab = TextEncoder.from_file(path / TOKENIZER_FILE).tokenizer.get_vocab()
+        except Exception as exc:  # BundleError, OSError, and tokenizers' own plain Exception
+            log.warning("bundle skipped", extra={"path": str(path), "error": str(exc)})
+            continue
+        if names and config.name not in names:
+            continue
+        words = tuple(sorted(w for w in vocab if w not in (PAD_TOKEN, UNK_TOKEN)))
+        out.append(ModelSpec(config.name, config.task, dict(config.max_lengths), config.max_evidence, words))
+    if not out:
+        raise RuntimeError(f"no servable bundle in {repository}")
+    return out
+
+
+class WorkloadMaker:
+    """Random but reproducible requests over the given models. Text lengths run from one word
+    to past each field's max length (truncation), evidence counts from 1 to max_evidence."""
+
+    def __init__(self, models: Sequence[ModelSpec], seed: int = 0) -> None:
+        self.models = list(models)
+        self.rng = random.Random(seed)
+
+    def _text(self, model: ModelSpec, max_length: int) -> str:
+        n = self.rng.randint(1, max(2, int(max_length * 1.25)))
+        words = [self.rng.choice(model.words) for _ in range(n)]
+        if self.rng.random() < 0.1:
+            words[self.rng.randrange(n)] = "zzqx"  # out of vocabulary: [UNK]
+        return " ".join(words)
+
+    def input_of(self, model: ModelSpec) -> dict:
+        lengths = model.max_lengths
+        if model.task == "classification":
+            return {"text": self._text(model, lengths["input_ids"])}
+        if model.task == "entailment":
+            return {"premise": self._text(model, lengths["premise_ids"]),
+                    "hypothesis": self._text(model, lengths["hypothesis_ids"])}
+        k = self.rng.randint(1, model.max_evidence)
+        return {"claim": self._text(model, lengths["claim_ids"]),
+                "evidence": [self._text(model, lengths["evidence_ids"]) for _ in range(k)]}
+
+    def request(self, model: ModelSpec, inputs: int = 1) -> Request:
+        path = ENDPOINT_OF_TASK[model.task]
+        xs = [self.input_of(model) for _ in range(inputs)]
+        solo = tuple(json.dumps({**x, "model": model.name}) for x in xs)
+        body = {**xs[0], "model": model.name} if inputs == 1 else {"inputs": xs, "model": model.name}
+        return Request(path, body, solo)
+
+    def mixed(self, n: int, multi_every: int = 7, multi_inputs: int = 3) -> list[Request]:
+        """n requests cycling over the models; every `multi_every`-th one carries several inputs."""
+        return [self.request(self.models[i % len(self.models)], multi_inputs if i % multi_every == 0 else 1)
+                for i in range(n)]
+
+
+# --- load -----------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What one request got: HTTP status (0: no HTTP answer), body, when it was sent (monotonic
+    clock) and how long it took, Retry-After, and the transport error class if any."""
+
+    status: int
+    body: Any = None
+    sent: float = 0.0
+    seconds: float = 0.0
+    retry_after: str | None = None
+    error: str | None = None
+    lag: float = 0.0  # open loop: how late the generator sent it
+    server_s: float | None = None  # the server's own x-total-time: arrival to response start
+
+
+def run_async(coro: Any) -> Any:
+    """asyncio.run on uvloop (the server's loop, and a client fast enough to overload it)."""
+    try:
+        import uvloop
+    except ModuleNotFoundError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+async def post(client: httpx.AsyncClient, path: str, body: dict | str) -> Outcome:
+    content = body if isinstance(body, str) else json.dumps(body)
+    sent = time.monotonic()
+    try:
+        r = await client.post(path, content=content, headers={"content-type": "application/json"})
+    except httpx.HTTPError as exc:
+        return Outcome(0, None, sent, time.monotonic() - sent, None, f"{type(exc).__name__}: {exc}")
+    try:
+        parsed = r.json()
+    except ValueError:
+        parsed = r.text
+    total = r.headers.get("x-total-time")
+    return Outcome(r.status_code, parsed, sent, time.monotonic() - sent, r.headers.get("retry-after"),
+                   server_s=float(total) / 1000.0 if total else None)
+
+
+def _client(base: str, connections: int, timeout_s: float = 60.0) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout_s)
+
+
+async def closed_loop(base: str, calls: Sequence[tuple[str, dict | str]], concurrency: int,
+                      desc: str | None = None) -> list[Outcome]:
+    """Every call, at most `concurrency` in flight; outcomes in call order."""
+    out: list[Outcome | None] = [None] * len(calls)
+    bar = tqdm(total=len(calls), desc=desc, disable=desc is None or not sys.stderr.isatty(), leave=False)
+    async with _client(base, concurrency) as client:
+        next_call = iter(range(len(calls)))
+
+        async def worker() -> None:
+            for i in next_call:
+                out[i] = await post(client, *calls[i])
+                bar.update()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    bar.close()
+    return out  # type: ignore[return-value]
+
+
+async def throughput(base: str, calls: Sequence[tuple[str, dict | str]], concurrency: int, seconds: float) -> dict:
+    """Closed loop over `calls` (cycled) for `seconds`: answered requests per second."""
+    answered = errors = 0
+    stop = time.monotonic() + seconds
+    async with _client(base, concurrency) as client:
+        async def worker(offset: int) -> None:
+            nonlocal answered, errors
+            i = offset
+            while time.monotonic() < stop:
+                o = await post(client, *calls[i % len(calls)])
+                answered += o.status == 200
+                errors += o.status != 200
+                i += concurrency
+
+        start = time.monotonic()
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        elapsed = time.monotonic() - start
+    return {"rps": answered / elapsed, "answered": answered, "errors": errors, "seconds": round(elapsed, 3)}
+
+
+async def open_loop(base: str, calls: Sequence[tuple[str, dict | str]], rate: float, seconds: float,
+                    connections: int = 1024, desc: str | None = None) -> list[Outcome]:
+    """Send call i (cycled) at start + i / rate whatever the server does, on up to
+    `connections` keep-alive connections; outcomes in send order."""
+    total = max(1, int(rate * seconds))
+    out: list[Outcome | None] = [None] * total
+    bar = tqdm(total=total, desc=desc, disable=desc is None or not sys.stderr.isatty(), leave=False)
+    async with _client(base, connections) as client:
+        async def one(i: int, due: float) -> None:
+            out[i] = await post(client, *calls[i % len(calls)])
+            out[i].lag = out[i].sent - due
+            bar.update()
+
+        tasks = []
+        start = time.monotonic()
+        for i in range(total):
+            due = start + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(i, due)))
+        await asyncio.gather(*tasks)
+    bar.close()
+    return out  # type: ignore[return-value]
+
+
+class RssSampler:
+    """Samples a process's RSS every `every_s` seconds in the background: (t, bytes) pairs."""
+
+    def __init__(self, server: ServiceProcess, every_s: float) -> None:
+        self.server, self.every_s = server, every_s
+        self.samples: list[tuple[float, int]] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        start = time.monotonic()
+        while True:
+            self.samples.append((time.monotonic() - start, self.server.rss_bytes()))
+            await asyncio.sleep(self.every_s)
+
+    def __enter__(self) -> "RssSampler":
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._task.cancel()
+        self.samples.append((self.samples[-1][0] + self.every_s if self.samples else 0.0, self.server.rss_bytes()))
+
+
+def scrape(base: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of /metrics: {(name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(base + "/metrics", timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric_sum(samples: dict, name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+def percentiles(values: Iterable[float], qs: Sequence[float] = (50, 90, 99, 100)) -> dict[str, float | None]:
+    arr = np.asarray(list(values), dtype=float)
+    return {f"p{q:g}": (round(float(np.percentile(arr, q)) * 1000, 3) if arr.size else None) for q in qs}
+
+
+def status_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        key = str(o.status) if o.status else (o.error or "error").split(":")[0]
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# --- answer checks --------------------------------------------------------------------------
+
+def answer_problem(answer: Any) -> str | None:
+    """Why an inference answer is not a complete prediction (None when it is)."""
+    if not isinstance(answer, dict):
+        return "not a JSON object"
+    scores = answer.get("scores")
+    if not isinstance(scores, dict) or not scores or answer.get("label") not in scores:
+        return "no scores or label"
+    if not math.isclose(sum(scores.values()), 1.0, abs_tol=1e-5):
+        return "scores do not sum to 1"
+    if not isinstance(answer.get("model"), str) or not isinstance(answer.get("truncated"), bool):
+        return "no model or truncated flag"
+    return None
+
+
+def answers_of(outcome: Outcome) -> list[dict]:
+    body = outcome.body
+    return body["results"] if isinstance(body, dict) and "results" in body else [body]
+
+
+def difference(got: dict, solo: dict) -> float | None:
+    """Largest score difference between an answer and the solo answer of its input (None
+    when they disagree on anything but float noise: model, labels, truncation, evidence count)."""
+    if (got.get("model"), got.get("truncated"), list(got.get("scores", {}))) != \
+            (solo.get("model"), solo.get("truncated"), list(solo.get("scores", {}))):
+        return None
+    diffs = [abs(got["scores"][k] - solo["scores"][k]) for k in solo["scores"]]
+    if "evidence_scores" in solo:
+        if len(got.get("evidence_scores", [])) != len(solo["evidence_scores"]):
+            return None
+        diffs += [abs(a - b) for a, b in zip(got["evidence_scores"], solo["evidence_scores"])]
+    if got.get("label") != solo.get("label") and max(diffs) > SCORE_TOLERANCE:
+        return None
+    return max(diffs)
+
+
+# --- R1 isolation ---------------------------------------------------------------------------
+
+def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64, seed: int = 0,
+                  workdir: Path = Path("runs/reliability"), max_batch_size: int = 32,
+                  max_batch_delay_ms: float = 5.0, progress: bool = False) -> dict:
+    """R1: every input of the workload alone, one request at a time (batches of one), then the
+    whole mixed workload at `concurrency`; every answer must equal its input's solo answer."""
+    models = repository_models(repository)
+    workload = WorkloadMaker(models, seed).mixed(requests)
+    solo_bodies = sorted({s for r in workload for s in r.solo})
+    path_of = {s: r.path for r in workload for s in r.solo}
+    server = ServiceProcess(repository, workdir / "isolation.log", max_batch_size=max_batch_size,
+                            max_batch_delay_ms=max_batch_delay_ms, max_queue=1_000_000,
+                            max_inputs_per_request=64)
+    with server.start():
+        start = time.monotonic()
+        reference = run_async(closed_loop(server.base, [(path_of[s], s) for s in solo_bodies], 1,
+                                            "solo" if progress else None))
+        solo_s = time.monotonic() - start
+        before = scrape(server.base)
+        start = time.monotonic()
+        outcomes = run_async(closed_loop(server.base, [(r.path, r.body) for r in workload], concurrency,
+                                           "concurrent" if progress else None))
+        concurrent_s = time.monotonic() - start
+        after = scrape(server.base)
+        exit_s = server.terminate()
+
+    solo_batches_of_one = metric_sum(before, "attserve_batch_size_sum") == metric_sum(before, "attserve_batch_size_count")
+    solo = {s: o.body for s, o in zip(solo_bodies, reference)}
+    solo_failed = sum(o.status != 200 for o in reference)
+    mismatches, max_diff, failed = [], 0.0, 0
+    for i, (request, outcome) in enumerate(zip(workload, outcomes)):
+        if outcome.status != 200:
+            failed += 1
+            continue
+        got = answers_of(outcome)
+        if len(got) != len(request.solo):
+            mismatches.append({"request": i, "why": f"{len(got)} answers for {len(request.solo)} inputs"})
+            continue
+        for k, (answer, body) in enumerate(zip(got, request.solo)):
+            d = difference(answer, solo[body]) if isinstance(solo[body], dict) else None
+            if d is None or d > SCORE_TOLERANCE:
+                mismatches.append({"request": i, "input": k, "diff": d, "body": body[:200]})
+            else:
+                max_diff = max(max_diff, d)
+    items = metric_sum(after, "attserve_batch_size_sum") - metric_sum(before, "attserve_batch_size_sum")
+    batches = metric_sum(after, "attserve_batch_size_count") - metric_sum(before, "attserve_batch_size_count")
+    result = {
+        "scenario": "R1 isolation",
+        "models": [m.name for m in models],
+        "requests": len(workload),
+        "inputs": sum(len(r.solo) for r in workload),
+        "distinct_inputs": len(solo_bodies),
+        "concurrency": concurrency,
+        "settings": {"max_batch_size": max_batch_size, "max_batch_delay_ms": max_batch_delay_ms},
+        "solo_seconds": round(solo_s, 3),
+        "concurrent_seconds": round(concurrent_s, 3),
+        "concurrent_rps": round(len(workload) / concurrent_s, 1),
+        "solo_failed": solo_failed,
+        "solo_batches_of_one": solo_batches_of_one,
+        "failed": failed,
+        "statuses": status_counts(outcomes),
+        "mismatches": len(mismatches),
+        "mismatch_examples": mismatches[:5],
+        "max_abs_score_diff": max_diff,
+        # a swapped answer is only visible when inputs' answers differ: count the distinct ones
+        "distinct_solo_answers": len({json.dumps([round(v, 4) for v in a["scores"].values()])
+                                      for a in solo.values() if isinstance(a, dict) and "scores" in a}),
+        "mean_batch_size": round(items / batches, 3) if batches else 0.0,
+        "exit_seconds": round(exit_s, 3),
+    }
+    result["passed"] = bool(not mismatches and not failed and not solo_failed and solo_batches_of_one
+                            and result["mean_batch_size"] > 1.0)
+    return result
+
+
+# --- R2 overload ----------------------------------------------------------------------------
+
+def run_overload(repository: Path, factor: float = 4.0, seconds: float = 20.0, capacity_seconds: float = 5.0,
+                 model: str | None = None, inputs_per_request: int = 64, max_queue: int = 128,
+                 request_timeout_ms: float = 1000.0, seed: int = 0, workdir: Path = Path("runs/reliability"),
+                 progress: bool = False) -> dict:
+    """R2: measure capacity (closed loop that never overfills the queue), then offer `factor`
+    times that rate open-loop with a queue of `max_queue` items: the excess must get 429 with
+    Retry-After fast, accepted requests an answer by their deadline or 504, never another 5xx;
+    memory stays flat and the service answers normally right after.
+
+    Requests carry `inputs_per_request` inputs each, so the server's work per request (tokenize
+    and run them all) dwarfs the client's (send one pre-encoded body) and one Python client can
+    offer several times what the server can do; `send_lag_ms` says whether it did."""
+    models = repository_models(repository, [model] if model else None)
+    target = models[0]
+    maker = WorkloadMaker([target], seed)
+    calls = [(r.path, json.dumps(r.body)) for r in (maker.request(target, inputs_per_request) for _ in range(100))]
+    timeout_s = request_timeout_ms / 1000.0
+    server = ServiceProcess(repository, workdir / "overload.log", models=target.name, max_queue=max_queue,
+                            request_timeout_ms=request_timeout_ms, max_inputs_per_request=max(64, inputs_per_request))
+    with server.start():
+        # concurrency whose items always fit the queue: capacity without a single 429
+        fit = max(1, max_queue // inputs_per_request)
+        capacity = run_async(throughput(server.base, calls, fit, capacity_seconds))
+        rate = factor * capacity["rps"]
+        rss_before = server.rss_bytes()
+
+        async def overload() -> tuple[list[Outcome], list[tuple[float, int]]]:
+            with RssSampler(server, 0.5) as rss:
+                outcomes = await open_loop(server.base, calls, rate, seconds, desc="overload" if progress else None)
+            return outcomes, rss.samples
+
+        outcomes, rss = run_async(overload())
+        after_start = time.monotonic()
+        ready_after = httpx.get(server.base + "/health/ready", timeout=10).status_code
+        recovery = run_async(closed_loop(server.base, calls[:20], fit))
+        recovery_s = time.monotonic() - after_start
+        depth = metric_sum(scrape(server.base), "attserve_queue_depth")
+        rss_after = server.rss_bytes()
+        exit_s = server.terminate()
+
+    by = lambda code: [o for o in outcomes if o.status == code]  # noqa: E731
+    ok, full, late = by(200), by(429), by(504)
+    other_5xx = [o for o in outcomes if o.status >= 500 and o.status != 504]
+    transport = [o for o in outcomes if o.status == 0]
+    incomplete = [o for o in ok if any(answer_problem(a) for a in answers_of(o))]
+    bad_retry = [o for o in full if not (o.retry_after or "").isdigit() or int(o.retry_after) < 1]
+    # The deadline runs from when the request reached its handler: judge by the server's own
+    # x-total-time (the client's clock adds its own lag and socket queueing), with slack for
+    # parsing and tokenizing before the clock starts.
+    slack_s = 0.25
+    over_deadline = [o for o in ok if o.server_s is not None and o.server_s > timeout_s + slack_s]
+    result = {
+        "scenario": "R2 overload",
+        "model": target.name,
+        "inputs_per_request": inputs_per_request,
+        "settings": {"max_queue_items": max_queue, "request_timeout_ms": request_timeout_ms},
+        "capacity_rps": round(capacity["rps"], 2),
+        "factor": factor,
+        "offered_rps": round(rate, 2),
+        "seconds": seconds,
+        "requests": len(outcomes),
+        "statuses": status_counts(outcomes),
+        "goodput_rps": round(len(ok) / seconds, 2),
+        "send_lag_ms": percentiles(o.lag for o in outcomes),
+        "time_to_429_ms": percentiles(o.seconds for o in full),
+        "server_time_to_429_ms": percentiles(o.server_s for o in full if o.server_s is not None),
+        "latency_200_ms": percentiles(o.seconds for o in ok),
+        "server_time_200_ms": percentiles(o.server_s for o in ok if o.server_s is not None),
+        "latency_504_ms": percentiles(o.seconds for o in late),
+        "other_5xx": len(other_5xx),
+        "transport_errors": len(transport),
+        "transport_error_examples": sorted({o.error for o in transport})[:3],
+        "incomplete_answers": len(incomplete),
+        "429_without_retry_after": len(bad_retry),
+        "answered_after_deadline": len(over_deadline),
+        "rss_mb": {"before": round(rss_before / 2**20, 1), "peak": round(max(b for _, b in rss) / 2**20, 1),
+                   "after": round(rss_after / 2**20, 1)},
+        "ready_after": ready_after,
+        "recovery_statuses": status_counts(recovery),
+        "recovery_seconds": round(recovery_s, 3),
+        "queue_depth_after": depth,
+        "exit_seconds": round(exit_s, 3),
+    }
+    result["passed"] = bool(
+        full and not other_5xx and not transport and not incomplete and not bad_retry and not over_deadline
+        and ready_after == 200 and all(o.status == 200 for o in recovery) and depth == 0
+    )
+    return result
+
+
+# --- R4 graceful shutdown -------------------------------------------------------------------
+
+def _kind(o: Outcome) -> str:
+    """ok | refused (503 while draining) | no_connection | dropped_unanswered | bad."""
+    if o.status == 200:
+        return "bad" if any(answer_problem(a) for a in answers_of(o)) else "ok"
+    if o.status == 503 and isinstance(o.body, dict) and o.body.get("error", {}).get("code") == "shutting_down":
+        return "refused"
+    if o.error and o.error.startswith("ConnectError"):
+        return "no_connection"
+    if o.error and "without sending a response" in o.error:
+        # an idle keep-alive connection closed by the server as the request went out: the
+        # server had not read it (uvicorn closes only connections with no request in progress)
+        return "dropped_unanswered"
+    return "bad"
+
+
+def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int = 16, shutdown_timeout_s: float = 10.0,
+                 max_batch_delay_ms: float = 50.0, seed: int = 0, workdir: Path = Path("runs/reliability")) -> dict:
+    """R4: closed-loop load on keep-alive connections plus a stream of fresh connections; SIGTERM
+    after `load_seconds` while the load goes on until the process exits. Every request the
+    server took must get a complete answer (200), later ones a 503 `shutting_down` or no
+    connection at all; the process exits 0 within its shutdown timeout."""
+    models = repository_models(repository)
+    calls = [(r.path, r.body) for r in WorkloadMaker(models, seed).mixed(500)]
+    server = ServiceProcess(repository, workdir / "shutdown.log", shutdown_timeout_s=shutdown_timeout_s,
+                            max_batch_delay_ms=max_batch_delay_ms, access_log=True)
+    server.start()
+    records: list[tuple[str, Outcome]] = []  # (source, outcome)
+    timeline: dict[str, float] = {}
+
+    async def scenario() -> None:
+        exited = asyncio.Event()
+
+        async def worker(client: httpx.AsyncClient, k: int) -> None:
+            i = k
+            while not exited.is_set():
+                o = await post(client, *calls[i % len(calls)])
+                records.append(("keep-alive", o))
+                i += concurrency
+                if o.status != 200:
+                    await asyncio.sleep(0.01)
+
+        async def fresh_connections() -> None:
+            i = 0
+            while not exited.is_set():
+                async with _client(server.base, 1) as client:  # one new TCP connection per request
+                    records.append(("fresh", await post(client, *calls[i % len(calls)])))
+                i += 1
+                await asyncio.sleep(0.02)
+
+        async def sigterm_then_wait() -> None:
+            await asyncio.sleep(load_seconds)
+            timeline["sigterm"] = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            timeline["returncode"] = await asyncio.to_thread(server.proc.wait, shutdown_timeout_s + 30)
+            timeline["exited"] = time.monotonic()
+            await asyncio.sleep(0.2)  # a few more attempts against the closed port
+            exited.set()
+
+        async with _client(server.base, concurrency) as client:
+            await asyncio.gather(sigterm_then_wait(), fresh_connections(),
+                                 *(worker(client, k) for k in range(concurrency)))
+
+    try:
+        run_async(scenario())
+    finally:
+        server.__exit__()
+    sigterm = timeline["sigterm"]
+    before = [o for _, o in records if o.sent < sigterm]
+    after = [o for _, o in records if o.sent >= sigterm]
+    kinds = {"before": {}, "after": {}}
+    for name, group in (("before", before), ("after", after)):
+        for o in group:
+            kinds[name][_kind(o)] = kinds[name].get(_kind(o), 0) + 1
+    # The access log has one line per response the server started; the client must have
+    # received every one of them, complete.
+    logs = server.log_records()
+    sent_by_server: dict[str, int] = {}
+    for r in logs:
+        m = ACCESS_LINE.search(r.get("message", "")) if r.get("logger") == "uvicorn.access" else None
+        if m and m["path"] in ENDPOINT_OF_TASK.values():
+            sent_by_server[m["status"]] = sent_by_server.get(m["status"], 0) + 1
+    received = {}
+    for _, o in records:
+        if o.status:
+            received[str(o.status)] = received.get(str(o.status), 0) + 1
+    messages = [r.get("message", "") for r in logs]
+    fresh_after_200 = sum(1 for src, o in records if src == "fresh" and o.sent >= sigterm + 0.05 and o.status == 200)
+    dropped = kinds["before"].get("dropped_unanswered", 0) + kinds["after"].get("dropped_unanswered", 0)
+    exit_s = timeline["exited"] - sigterm
+    result = {
+        "scenario": "R4 graceful shutdown",
+        "concurrency": concurrency,
+        "settings": {"shutdown_timeout_s": shutdown_timeout_s, "max_batch_delay_ms": max_batch_delay_ms},
+        "requests": len(records),
+        "outcomes_sent_before_sigterm": kinds["before"],
+        "outcomes_sent_after_sigterm": kinds["after"],
+        "responses_logged_by_server": dict(sorted(sent_by_server.items())),
+        "responses_received": dict(sorted(received.items())),
+        "fresh_connections_answered_200_after_sigterm": fresh_after_200,
+        "dropped_unanswered": dropped,
+        "exit_code": timeline["returncode"],
+        "exit_seconds": round(exit_s, 3),
+        "drain_finished": "stopped" in messages,
+        "drain_timed_out": "drain timed out" in messages,
+        "requests_cancelled_by_uvicorn": any(UVICORN_CANCELLED in m for m in messages),
+    }
+    result["passed"] = bool(
+        kinds["before"].get("ok", 0) > 0
+        and "bad" not in kinds["before"] and "bad" not in kinds["after"]
+        and sent_by_server == received
+        and fresh_after_200 == 0
+        and dropped <= concurrency + 1  # each connection loses at most the one request it was sending
+        and timeline["returncode"] == 0 and exit_s <= shutdown_timeout_s
+        and result["drain_finished"] and not result["drain_timed_out"]
+        and not result["requests_cancelled_by_uvicorn"]
+    )
+    return result
+
+
+# --- R6 soak --------------------------------------------------------------------------------
+
+def run_soak(repository: Path, minutes: float = 10.0, load: float = 0.5, capacity_seconds: float = 10.0,
+             concurrency: int = 32, sample_every_s: float = 5.0, seed: int = 0,
+             workdir: Path = Path("runs/reliability"), progress: bool = False) -> dict:
+    """R6: `load` x measured capacity, open loop, for `minutes`; zero errors and RSS growth
+    from minute 2 to the end under 5% (mean of the first 30 s after minute 2 against the mean
+    of the last 30 s, so one sample's noise does not decide)."""
+    models = repository_models(repository)
+    calls = [(r.path, r.body) for r in WorkloadMaker(models, seed).mixed(2000)]
+    server = ServiceProcess(repository, workdir / "soak.log")
+    with server.start():
+        capacity = run_async(throughput(server.base, calls, concurrency, capacity_seconds))
+        rate = load * capacity["rps"]
+
+        async def soak() -> tuple[list[Outcome], list[tuple[float, int]]]:
+            with RssSampler(server, sample_every_s) as rss:
+                outcomes = await open_loop(server.base, calls, rate, minutes * 60, desc="soak" if progress else None)
+            return outcomes, rss.samples
+
+        outcomes, rss = run_async(soak())
+        exit_s = server.terminate()
+
+    window = 30.0
+    start_t = min(120.0, minutes * 60 / 2)
+    first = [b for t, b in rss if start_t <= t < start_t + window] or [rss[0][1]]
+    last = [b for t, b in rss if t >= rss[-1][0] - window]
+    growth = (np.mean(last) - np.mean(first)) / np.mean(first)
+    errors = [o for o in outcomes if o.status != 200 or any(answer_problem(a) for a in answers_of(o))]
+    result = {
+        "scenario": "R6 soak",
+        "minutes": minutes,
+        "capacity_rps": round(capacity["rps"], 2),
+        "offered_rps": round(rate, 2),
+        "requests": len(outcomes),
+        "statuses": status_counts(outcomes),
+        "errors": len(errors),
+        "latency_ms": percentiles(o.seconds for o in outcomes),
+        "rss_mb": {"at_start": round(rss[0][1] / 2**20, 1), "from": round(float(np.mean(first)) / 2**20, 2),
+                   "end": round(float(np.mean(last)) / 2**20, 2), "peak": round(max(b for _, b in rss) / 2**20, 1)},
+        "rss_growth_from_minute_2": round(float(growth), 5),
+        "rss_samples": [(round(t, 1), b) for t, b in rss],
+        "exit_seconds": round(exit_s, 3),
+    }
+    result["passed"] = bool(not errors and growth < 0.05)
+    return result
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Reliability runs against a real attserve process (issue 8).")
+RepositoryOption = typer.Option(DEFAULT_MODEL_REPOSITORY, "--repository", help="Model repository to serve.")
+
+
+def _finish(result: dict, out: Path | None, name: str) -> None:
+    out = out or Path("runs/reliability") / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    summary = {k: v for k, v in result.items() if k not in ("rss_samples", "mismatch_examples")}
+    log.info("result", extra={"out": str(out), **summary})
+    raise typer.Exit(0 if result["passed"] else 1)
+
+
+@cli.command()
+def isolation(repository: Path = RepositoryOption, requests: int = 10_000, concurrency: int = 64, seed: int = 0,
+              out: Path | None = None) -> None:
+    """R1: mixed requests at concurrency; every answer equals its solo answer."""
+    _finish(run_isolation(repository, requests, concurrency, seed, progress=True), out, "isolation")
+
+
+@cli.command()
+def overload(repository: Path = RepositoryOption, factor: float = 4.0, duration: float = 30.0,
+             inputs_per_request: int = 64, max_queue: int = 128, request_timeout_ms: float = 1000.0,
+             model: str | None = None, out: Path | None = None) -> None:
+    """R2: ~factor x capacity with a small queue; 429 + Retry-After, no other 5xx."""
+    _finish(run_overload(repository, factor, duration, model=model, inputs_per_request=inputs_per_request,
+                         max_queue=max_queue, request_timeout_ms=request_timeout_ms, progress=True), out, "overload")
+
+
+@cli.command()
+def shutdown(repository: Path = RepositoryOption, load: float = 5.0, concurrency: int = 16,
+             shutdown_timeout_s: float = 10.0, out: Path | None = None) -> None:
+    """R4: SIGTERM under sustained load; every accepted request answered, exit in time."""
+    _finish(run_shutdown(repository, load, concurrency, shutdown_timeout_s), out, "shutdown")
+
+
+@cli.command()
+def soak(repository: Path = RepositoryOption, minutes: float = 10.0, load: float = 0.5, out: Path | None = None) -> None:
+    """R6: minutes at a fraction of capacity; zero errors, RSS growth from minute 2 < 5%."""
+    _finish(run_soak(repository, minutes, load, progress=True), out, "soak")
+
+
+if __name__ == "__main__":
+    from service.logs import configure_logging
+
+    configure_logging("INFO", "text")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    cli()
