@@ -36,8 +36,10 @@ test-slow: $(VENV)/.dev
 models: $(VENV)/.dev
 	PATH=$(BIN):$$PATH bash scripts/make_models.sh
 
+# Full benchmark against the default models (needs their checkpoints for the PyTorch figures).
 bench: $(VENV)/.dev
-	$(BIN)/attserve bench
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/attserve bench --mode full --checkpoints checkpoints
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,8 +1,9 @@
 """HTTP floor: the service's web stack (uvicorn + FastAPI) with nothing behind it.
 
 Each inference path reads and parses the JSON body and answers a constant prediction of the
-service's shape, so the floor's cost per request is the web stack plus JSON; the service's
-extra cost over it is our own layers (validation, tokenization, batching, inference).
+service's shape, rendered by the chosen JSON library (no pydantic model), so the floor's cost
+per request is the web stack plus JSON; the service's extra cost over it is our own layers
+(validation, tokenization, batching, inference, pydantic rendering).
 
     BENCH_FLOOR_JSON=stdlib|orjson  JSON library for parsing the body and rendering the answer
     uvicorn bench.floor_app:create_app --factory
@@ -13,8 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, ORJSONResponse
+from fastapi import FastAPI, Request, Response
 
 PATHS = ("/classify", "/entailment", "/verify")
 ANSWER = {
@@ -30,19 +30,18 @@ def create_app() -> FastAPI:
     if library == "orjson":
         import orjson
 
-        loads, response_class = orjson.loads, ORJSONResponse
+        loads, dumps = orjson.loads, orjson.dumps
     elif library == "stdlib":
-        loads, response_class = json.loads, JSONResponse
+        loads, dumps = json.loads, lambda value: json.dumps(value).encode()
     else:
         raise ValueError(f"BENCH_FLOOR_JSON={library!r}; expected stdlib or orjson")
 
-    app = FastAPI(title="attserve HTTP floor", default_response_class=response_class)
+    app = FastAPI(title="attserve HTTP floor")
 
-    async def answer(request: Request):
+    async def answer(request: Request) -> Response:
         body = loads(await request.body())
-        if "inputs" in body:
-            return {"results": [ANSWER] * len(body["inputs"])}
-        return ANSWER
+        value = {"results": [ANSWER] * len(body["inputs"])} if "inputs" in body else ANSWER
+        return Response(dumps(value), media_type="application/json")
 
     for path in PATHS:
         app.add_api_route(path, answer, methods=["POST"])

@@ -29,6 +29,23 @@ def _run_rows(label: str, runs: list[dict] | None) -> list[str]:
     return rows
 
 
+# What each knob trades; the table under it gives the measured effect (one knob at a time).
+KNOB_NOTES = [
+    "- `ATTSERVE_MAX_BATCH_SIZE`: the most items one onnxruntime call takes. Larger batches amortise the "
+    "per-call cost only when the event loop delivers items faster than the engine runs them (see mean batch).",
+    "- `ATTSERVE_MAX_BATCH_DELAY_MS`: how long the oldest item of a bucket may wait for company. It is "
+    "added to every answer at low load (c=1 p50 ~ delay + compute) and buys fuller batches only under load.",
+    "- `ATTSERVE_INTRA_OP_THREADS`: onnxruntime threads per model. On 2 cores a second thread competes "
+    "with the event loop, which is the busier of the two for small models.",
+    "- uvicorn workers: each worker is a process with its own model copy and batcher; it buys parallel "
+    "Python (HTTP, validation, tokenization) at the price of smaller batches and twice the memory.",
+    "- uvloop + httptools vs asyncio + h11: the event loop and HTTP parser under the same app "
+    "(`auto` picks uvloop + httptools when installed, as `attserve serve` does).",
+    "- JSON library: stdlib `json` vs `orjson` for parsing and rendering, measured on the HTTP floor. "
+    "The service itself parses and renders through pydantic-core (FastAPI with response models), "
+    "so this knob is about what a custom endpoint would gain, not a setting of the service.",
+]
+
 RUN_HEADER = [
     "| server | loop | concurrency (or rate/s) | req/s | items/s | p50 ms | p95 ms | p99 ms | errors | "
     "mean batch | queue ms/item | inference ms/batch |",
@@ -101,7 +118,7 @@ def markdown(r: dict) -> str:
                  f"(paper 2.7x).")
 
     knobs = r["knobs"]
-    lines += ["", "## Knobs", ""]
+    lines += ["", "## Knobs", "", *KNOB_NOTES, ""]
     if knobs["status"] != "ok":
         lines.append(f"Not measured: {knobs['reason']}.")
     else:

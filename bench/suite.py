@@ -79,7 +79,7 @@ class BenchOptions:
         if mode == "short":
             # < 2 minutes on the tiny model: two concurrencies, 2 s runs, no peer, knobs or profile.
             base = dict(out=Path("bench/results/short"), concurrencies=(1, RATIO_CONCURRENCY), duration_s=2,
-                        warmup_s=0, examples=256, engine_seconds=0.3, act_length=64, peer=False, knobs=False,
+                        warmup_s=0, examples=256, engine_seconds=0.3, act_length=32, peer=False, knobs=False,
                         profile=False)
         elif mode == "full":
             base = dict(out=Path("bench/results"))

@@ -56,6 +56,9 @@ TEXT_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesi
 SCORE_TOLERANCE = 1e-5
 # uvicorn logs this when its graceful-shutdown timeout cancels requests still running.
 UVICORN_CANCELLED = "timeout graceful shutdown exceeded"
+# uvicorn re-raises the SIGTERM it handled once it has shut down gracefully, so the process
+# ends "killed by SIGTERM" (143 in a shell) by design; the "stopped" log line tells the drain ran.
+GRACEFUL_EXIT_CODES = (0, -signal.SIGTERM)
 ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
 
 
@@ -270,7 +273,9 @@ async def post(client: httpx.AsyncClient, path: str, body: dict | str) -> Outcom
 
 
 def _client(base: str, connections: int, timeout_s: float = 60.0) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    # Idle connections are dropped well before uvicorn's 5 s keep-alive timeout: reusing one
+    # as the server closes it loses the request (a client-side race, not the server's doing).
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections, keepalive_expiry=2.0)
     return httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout_s)
 
 
@@ -428,30 +433,36 @@ def difference(got: dict, solo: dict) -> float | None:
 
 def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64, seed: int = 0,
                   workdir: Path = Path("runs/reliability"), max_batch_size: int = 32,
-                  max_batch_delay_ms: float = 5.0, progress: bool = False) -> dict:
-    """R1: every input of the workload alone, one request at a time (batches of one), then the
-    whole mixed workload at `concurrency`; every answer must equal its input's solo answer."""
+                  max_batch_delay_ms: float = 20.0, progress: bool = False) -> dict:
+    """R1: every input of the workload alone on a server that batches nothing (max batch size 1),
+    then the whole mixed workload at `concurrency` on one that batches (a batch waits up to
+    `max_batch_delay_ms` for company); every answer must equal its input's solo answer."""
     models = repository_models(repository)
     workload = WorkloadMaker(models, seed).mixed(requests)
     solo_bodies = sorted({s for r in workload for s in r.solo})
     path_of = {s: r.path for r in workload for s in r.solo}
-    server = ServiceProcess(repository, workdir / "isolation.log", max_batch_size=max_batch_size,
-                            max_batch_delay_ms=max_batch_delay_ms, max_queue=1_000_000,
-                            max_inputs_per_request=64)
-    with server.start():
+    solo_server = ServiceProcess(repository, workdir / "isolation-solo.log", max_batch_size=1, max_batch_delay_ms=0,
+                                 max_queue=1_000_000)
+    with solo_server.start():
         start = time.monotonic()
-        reference = run_async(closed_loop(server.base, [(path_of[s], s) for s in solo_bodies], 1,
-                                            "solo" if progress else None))
+        reference = run_async(closed_loop(solo_server.base, [(path_of[s], s) for s in solo_bodies], 8,
+                                          "solo" if progress else None))
         solo_s = time.monotonic() - start
-        before = scrape(server.base)
+        solo_metrics = scrape(solo_server.base)
+        solo_server.terminate()
+    server = ServiceProcess(repository, workdir / "isolation.log", max_batch_size=max_batch_size,
+                            max_batch_delay_ms=max_batch_delay_ms, max_queue=1_000_000, max_inputs_per_request=64)
+    with server.start():
+        before = scrape(server.base)  # warm-up batches
         start = time.monotonic()
         outcomes = run_async(closed_loop(server.base, [(r.path, r.body) for r in workload], concurrency,
-                                           "concurrent" if progress else None))
+                                         "concurrent" if progress else None))
         concurrent_s = time.monotonic() - start
         after = scrape(server.base)
         exit_s = server.terminate()
 
-    solo_batches_of_one = metric_sum(before, "attserve_batch_size_sum") == metric_sum(before, "attserve_batch_size_count")
+    solo_batches_of_one = (metric_sum(solo_metrics, "attserve_batch_size_sum")
+                           == metric_sum(solo_metrics, "attserve_batch_size_count") > 0)
     solo = {s: o.body for s, o in zip(solo_bodies, reference)}
     solo_failed = sum(o.status != 200 for o in reference)
     mismatches, max_diff, failed = [], 0.0, 0
@@ -548,10 +559,10 @@ def run_overload(repository: Path, factor: float = 4.0, seconds: float = 20.0, c
     transport = [o for o in outcomes if o.status == 0]
     incomplete = [o for o in ok if any(answer_problem(a) for a in answers_of(o))]
     bad_retry = [o for o in full if not (o.retry_after or "").isdigit() or int(o.retry_after) < 1]
-    # The deadline runs from when the request reached its handler: judge by the server's own
+    # The deadline runs from the request's arrival at the app: judge by the server's own
     # x-total-time (the client's clock adds its own lag and socket queueing), with slack for
-    # parsing and tokenizing before the clock starts.
-    slack_s = 0.25
+    # writing the answer after the last batch.
+    slack_s = 0.1
     over_deadline = [o for o in ok if o.server_s is not None and o.server_s > timeout_s + slack_s]
     result = {
         "scenario": "R2 overload",
@@ -585,8 +596,10 @@ def run_overload(repository: Path, factor: float = 4.0, seconds: float = 20.0, c
         "queue_depth_after": depth,
         "exit_seconds": round(exit_s, 3),
     }
+    shed_p99 = result["server_time_to_429_ms"]["p99"]
     result["passed"] = bool(
         full and not other_5xx and not transport and not incomplete and not bad_retry and not over_deadline
+        and shed_p99 is not None and shed_p99 < request_timeout_ms  # shedding faster than serving
         and ready_after == 200 and all(o.status == 200 for o in recovery) and depth == 0
     )
     return result
@@ -598,13 +611,17 @@ def _kind(o: Outcome) -> str:
     """ok | refused (503 while draining) | no_connection | dropped_unanswered | bad."""
     if o.status == 200:
         return "bad" if any(answer_problem(a) for a in answers_of(o)) else "ok"
-    if o.status == 503 and isinstance(o.body, dict) and o.body.get("error", {}).get("code") == "shutting_down":
-        return "refused"
+    if o.status == 503 and isinstance(o.body, dict) and o.body.get("error") == {
+            "code": "shutting_down", "message": "the server is shutting down"}:
+        return "refused"  # turned away at the door (not "shut down before this input ran": bad)
     if o.error and o.error.startswith("ConnectError"):
         return "no_connection"
-    if o.error and "without sending a response" in o.error:
-        # an idle keep-alive connection closed by the server as the request went out: the
-        # server had not read it (uvicorn closes only connections with no request in progress)
+    if o.error and ("without sending a response" in o.error or o.error.startswith("ReadError")):
+        # The connection closed (FIN) or reset (RST: unread data) with no answer begun: an idle
+        # keep-alive connection uvicorn closed as the request went out, or a connection still in
+        # the listen backlog when the socket closed. Neither request reached the app: uvicorn
+        # lets every connection with a request in progress finish (or logs that it cancelled
+        # it), and a reset after an answer began shows as a logged response not received.
         return "dropped_unanswered"
     return "bad"
 
@@ -614,7 +631,7 @@ def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int =
     """R4: closed-loop load on keep-alive connections plus a stream of fresh connections; SIGTERM
     after `load_seconds` while the load goes on until the process exits. Every request the
     server took must get a complete answer (200), later ones a 503 `shutting_down` or no
-    connection at all; the process exits 0 within its shutdown timeout."""
+    connection at all; the process exits gracefully within its shutdown timeout."""
     models = repository_models(repository)
     calls = [(r.path, r.body) for r in WorkloadMaker(models, seed).mixed(500)]
     server = ServiceProcess(repository, workdir / "shutdown.log", shutdown_timeout_s=shutdown_timeout_s,
@@ -682,6 +699,7 @@ def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int =
     messages = [r.get("message", "") for r in logs]
     fresh_after_200 = sum(1 for src, o in records if src == "fresh" and o.sent >= sigterm + 0.05 and o.status == 200)
     dropped = kinds["before"].get("dropped_unanswered", 0) + kinds["after"].get("dropped_unanswered", 0)
+    in_flight = [o for o in before if o.sent + o.seconds > sigterm]
     exit_s = timeline["exited"] - sigterm
     result = {
         "scenario": "R4 graceful shutdown",
@@ -692,6 +710,11 @@ def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int =
         "outcomes_sent_after_sigterm": kinds["after"],
         "responses_logged_by_server": dict(sorted(sent_by_server.items())),
         "responses_received": dict(sorted(received.items())),
+        "bad_examples": [{"status": o.status, "body": str(o.body)[:200], "error": o.error,
+                          "sent_after_sigterm_s": round(o.sent - sigterm, 3), "seconds": round(o.seconds, 3)}
+                         for _, o in records if _kind(o) == "bad"][:5],
+        "in_flight_at_sigterm": len(in_flight),
+        "in_flight_at_sigterm_answered_200": sum(_kind(o) == "ok" for o in in_flight),
         "fresh_connections_answered_200_after_sigterm": fresh_after_200,
         "dropped_unanswered": dropped,
         "exit_code": timeline["returncode"],
@@ -706,7 +729,7 @@ def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int =
         and sent_by_server == received
         and fresh_after_200 == 0
         and dropped <= concurrency + 1  # each connection loses at most the one request it was sending
-        and timeline["returncode"] == 0 and exit_s <= shutdown_timeout_s
+        and timeline["returncode"] in GRACEFUL_EXIT_CODES and exit_s <= shutdown_timeout_s
         and result["drain_finished"] and not result["drain_timed_out"]
         and not result["requests_cancelled_by_uvicorn"]
     )

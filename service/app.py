@@ -204,6 +204,7 @@ class RequestMetricsMiddleware:
             return
         start = time.perf_counter()
         state = scope.setdefault("state", {})
+        state["attserve_arrival"] = asyncio.get_running_loop().time()  # the request deadline's start
         status = 500
 
         async def send_timed(message: Message) -> None:

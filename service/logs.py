@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 
-_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+# uvicorn adds `color_message` (the message with ANSI colours): noise in a log line.
+_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName", "color_message"}
 
 
 def _extra(record: logging.LogRecord) -> dict:

@@ -75,25 +75,32 @@ async def _wait_disconnect(request: Request) -> None:
             return
 
 
-async def _await_items(request: Request, futures: list[asyncio.Future], timeout_s: float) -> list[Done]:
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved, so asyncio logs no "exception was never retrieved"
+
+
+async def _await_items(request: Request, futures: list[asyncio.Future], timeout_s: float,
+                       budget_ms: float) -> list[Done]:
     gathered = asyncio.gather(*futures)
+    # however gather ends (a cancelled item makes it fail with CancelledError only later, after
+    # this function returned), nobody would read its outcome: retrieve it when it does
+    gathered.add_done_callback(_retrieve)
     disconnect = asyncio.ensure_future(_wait_disconnect(request))
     try:
-        finished, _ = await asyncio.wait({gathered, disconnect}, timeout=timeout_s,
+        finished, _ = await asyncio.wait({gathered, disconnect}, timeout=max(0.0, timeout_s),
                                          return_when=asyncio.FIRST_COMPLETED)
         if gathered in finished:
             return gathered.result()  # raises an item's error (504, 500)
         if disconnect in finished:
             raise ClientClosed("the client disconnected before the answer was ready")
-        raise DeadlineExceeded(f"no answer within {timeout_s * 1000:.0f} ms")
+        raise DeadlineExceeded(f"no answer within {budget_ms:.0f} ms")
     finally:
         disconnect.cancel()
         for future in futures:  # a cancelled future is skipped by the batcher
             future.cancel()
         if not gathered.done():
             gathered.cancel()
-        elif not gathered.cancelled():
-            gathered.exception()  # retrieved, so asyncio does not warn about it
 
 
 def _texts(x: Any, task: str) -> list[str]:
@@ -163,13 +170,17 @@ async def _predict(request: Request, response: Response, endpoint: str, body: An
     else:
         ids, truncated = _encode(entry, inputs)
     items = [entry.runtime.make_item(row) for row in ids]
-    timeout_s = settings.request_timeout_ms / 1000.0
+    # The deadline runs from the request's arrival (set by the metrics middleware), so reading,
+    # parsing and tokenizing a big body under load count against it too.
     loop = asyncio.get_running_loop()
-    futures = entry.batcher.submit(items, deadline=loop.time() + timeout_s)
+    deadline = getattr(request.state, "attserve_arrival", loop.time()) + settings.request_timeout_ms / 1000.0
+    if loop.time() >= deadline:
+        raise DeadlineExceeded(f"no answer within {settings.request_timeout_ms:.0f} ms")
+    futures = entry.batcher.submit(items, deadline=deadline)
     service.metrics.inputs.labels(endpoint=endpoint, model=entry.name).inc(len(items))
     if any(truncated):
         service.metrics.truncated_inputs.labels(model=entry.name).inc(sum(truncated))
-    done = await _await_items(request, futures, timeout_s)
+    done = await _await_items(request, futures, deadline - loop.time(), settings.request_timeout_ms)
 
     probs = softmax(np.stack([d.output.logits for d in done]))  # (N, C)
     labels = entry.config.labels
