@@ -9,7 +9,6 @@ stands in (same contract: TextClassifier, masks through models.layers).
 from __future__ import annotations
 
 import json
-import logging
 import random
 import shutil
 import stat
@@ -352,22 +351,23 @@ def test_variants_measured_and_shipped_only_when_accurate(bundles):
     assert variants["optimized"]["max_abs_logit_diff"] <= TOLERANCE and variants["optimized"]["shipped"]
 
 
-def test_cli_export_prints_parity_and_writes_a_loadable_bundle(checkpoints, tmp_path, caplog):
+def test_cli_export_prints_parity_and_writes_a_loadable_bundle(checkpoints, tmp_path):
     from typer.testing import CliRunner
 
     from cli.main import app
 
-    caplog.set_level(logging.INFO, logger="export")
     target = tmp_path / "repo" / "cli-bundle"
-    result = CliRunner().invoke(app, ["export", str(checkpoints["entailment"]), "--out", str(target), "--version", "7.1"])
+    args = ["--log-format", "json", "export", str(checkpoints["entailment"]), "--out", str(target), "--version", "7.1"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     config = load_bundle(target).config
     assert config.version == "7.1" and config.name == "cli-bundle"
-    assert f"{config.parity.max_abs_diff:.2e}" in result.output
-    # structured log lines carry their figures as fields
-    written = [r for r in caplog.records if r.getMessage() == "bundle written"]
-    assert len(written) == 1 and written[0].bundle_name == "cli-bundle"
-    assert written[0].max_abs_diff == config.parity.max_abs_diff
+    assert f"{config.parity.max_abs_diff:.2e}" in result.stdout
+    # the CLI's own handler writes structured log lines (JSON on stderr) carrying their figures as fields
+    lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    written = [line for line in lines if line.get("message") == "bundle written"]
+    assert len(written) == 1 and written[0]["bundle_name"] == "cli-bundle"
+    assert written[0]["max_abs_diff"] == config.parity.max_abs_diff
     # the bundle directory gets ordinary permissions (readable by the service's user)
     (tmp_path / "repo" / "reference").mkdir()
     assert stat.S_IMODE(target.stat().st_mode) == stat.S_IMODE((tmp_path / "repo" / "reference").stat().st_mode)

@@ -46,7 +46,8 @@ def test_isolation_1000_mixed_requests_at_concurrency_64(service_bundles, tmp_pa
     assert result["distinct_solo_answers"] >= 0.9 * result["distinct_inputs"]
     assert result["mismatches"] == 0, result["mismatch_examples"]
     assert result["max_abs_score_diff"] <= reliability.SCORE_TOLERANCE
-    assert result["mean_batch_size"] > 1.2, "the concurrent pass hardly batched: isolation was not exercised"
+    # isolation is only exercised by inputs that shared a batch: a good part of them did
+    assert result["share_of_inputs_batched_with_others"] > 0.3, result["mean_batch_size"]
 
 
 def test_answer_comparison_catches_a_swapped_answer():
