@@ -8,7 +8,8 @@
 #   scripts/make_models.sh recipes/bbc-act.toml # just these
 #
 # Environment: ATTSERVE (the CLI, default "python -m cli.main"), CHECKPOINTS (default
-# checkpoints), REPOSITORY (default model_repository), VARIANTS=1 to also build, measure and
+# checkpoints), REPOSITORY (default model_repository), DEVICE (default auto: CUDA when torch
+# sees a GPU, which is how the shipped bundles were trained), VARIANTS=1 to also build, measure and
 # ship the optimized/fp16/int8 graphs that pass their accuracy check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ fi
 for recipe in "${recipes[@]}"; do
     name="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$recipe")"
     echo "== ${name}: training ${recipe}" >&2
-    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}"
+    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}"
     echo "== ${name}: exporting to ${REPOSITORY}/${name}" >&2
     "${ATTSERVE[@]}" export "${CHECKPOINTS}/${name}" --out "${REPOSITORY}/${name}" "${export_flags[@]}"
 done

@@ -450,3 +450,49 @@ def test_glove_rows_initialise_the_embeddings(tmp_path, monkeypatch, trainable):
     assert summary["trainable_parameters"] == trainable_count
     total = sum(p.numel() for p in result.network.parameters())
     assert trainable_count == (total if trainable else total - table.numel())  # frozen table not optimised
+
+
+def test_a_glove_text_file_replaces_the_pinned_package(tmp_path):
+    words = ["the", "dog", "good", "bad"]
+    vectors = np.arange(len(words) * 8, dtype=np.float32).reshape(len(words), 8) / 7  # not exact in decimal
+    glove = tmp_path / "glove.txt"
+    glove.write_text("".join(w + " " + " ".join(str(x) for x in v) + "\n" for w, v in zip(words, vectors)), encoding="utf-8")
+    base = make_recipe("classification", epochs=1)
+    recipe = base.model_copy(update={"embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": False, "glove_file": str(glove)})})
+    train(recipe, tmp_path / "ckpt", progress=False, threads=1, splits=make_splits("classification"))
+
+    network, meta = load_checkpoint(tmp_path / "ckpt")
+    vocab = TextEncoder.from_file(tmp_path / "ckpt" / "tokenizer.json").tokenizer.get_vocab()
+    table = network.embedding_layers()[0].weight.detach()
+    for word, row in zip(words, vectors):
+        assert torch.equal(table[vocab[word]], torch.from_numpy(row))  # float32 survives the text round trip
+    assert meta.recipe["embeddings"]["glove_file"] == str(glove)
+    with pytest.raises(ValueError, match="glove_file needs glove = true"):
+        Recipe.model_validate({**base.model_dump(), "embeddings": {"glove": False, "glove_file": str(glove)}})
+
+
+def test_a_time_budget_stops_after_the_first_evaluation_past_it(tmp_path):
+    recipe = make_recipe("classification", epochs=5, max_wall_minutes=1e-6)
+    result = train(recipe, tmp_path, progress=False, threads=1, splits=make_splits("classification"))
+    assert result.epochs_run == 1 and len(result.history) == 1 and result.stopped_early
+    assert (tmp_path / "model.safetensors").is_file()  # a budget-stopped run still writes its checkpoint
+
+
+def test_parity_examples_survive_unicode_line_separators(tmp_path):
+    # Mojibake tweets hold U+0085 and U+2028, which str.splitlines() treats as line breaks.
+    splits = make_splits("classification")
+    dev = [dataclasses.replace(e, text=e.text + " caf\u00e9\x85 next\u2028line \x1c") for e in splits.dev]
+    splits = dataclasses.replace(splits, dev=dev)
+    train(make_recipe("classification"), tmp_path, progress=False, threads=1, splits=splits)
+    assert load_examples(tmp_path) == dev
+    assert (tmp_path / EXAMPLES_FILE).read_bytes().isascii()
+
+
+def test_device_resolution_never_falls_back_silently():
+    from training.trainer import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no CUDA GPU"):
+            resolve_device("cuda")

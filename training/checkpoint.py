@@ -64,7 +64,8 @@ def save_checkpoint(
     if examples:
         with open(directory / EXAMPLES_FILE, "w", encoding="utf-8") as fh:
             for example in examples:
-                fh.write(json.dumps(dataclasses.asdict(example), ensure_ascii=False) + "\n")
+                # ASCII escapes: raw U+0085 or U+2028 (mojibake tweets hold them) would break lines
+                fh.write(json.dumps(dataclasses.asdict(example), ensure_ascii=True) + "\n")
     return directory
 
 
@@ -74,7 +75,9 @@ def load_examples(directory: str | Path) -> list[Example]:
     if not path.is_file():
         return []
     out: list[Example] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines(): see save_checkpoint
+        if not line.strip():
+            continue
         row = json.loads(line)
         if "evidence" in row:
             out.append(ClaimExample(row["claim"], tuple(row["evidence"]), row["label"]))

@@ -51,18 +51,24 @@ def train(
     threads: Annotated[int, typer.Option(help="torch CPU threads; 0 = every core this process may use.")] = 0,
     epochs: Annotated[Optional[int], typer.Option(help="Override the recipe's epochs.")] = None,
     max_train_examples: Annotated[Optional[int], typer.Option(help="Train on a seeded subset (smoke runs).")] = None,
+    max_minutes: Annotated[Optional[float], typer.Option(help="Time budget: stop after the first dev evaluation past it.")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (CUDA when torch sees a GPU).")] = "cpu",
+    glove_file: Annotated[Optional[Path], typer.Option(help="GloVe text file to use instead of the pinned package (recipes with glove = true).")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics)."""
-    from training.recipes import TrainSection, load_recipe
+    from training.recipes import EmbeddingsSection, TrainSection, load_recipe
     from training.trainer import train as run_train
     loaded = load_recipe(recipe)
-    changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples}.items() if v is not None}
+    changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples, "max_wall_minutes": max_minutes}.items() if v is not None}
     if changes:
         loaded = loaded.model_copy(update={"train": TrainSection.model_validate({**loaded.train.model_dump(), **changes})})
+    if glove_file is not None:
+        embeddings = EmbeddingsSection.model_validate({**loaded.embeddings.model_dump(), "glove_file": str(glove_file)})
+        loaded = loaded.model_copy(update={"embeddings": embeddings})
     out = out or Path("checkpoints") / loaded.name
-    result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir)
+    result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device)
     _print_metrics(f"{loaded.name}: dev (best, epoch {result.best_epoch})", result.dev)
     _print_metrics(f"{loaded.name}: test", result.test)
     typer.echo(

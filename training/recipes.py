@@ -106,12 +106,18 @@ class TokenizerSection(_Strict):
 
 class EmbeddingsSection(_Strict):
     glove: bool = False
+    # A GloVe text file (`word v1 ... vD` per line) read instead of the pinned 6B-50d package:
+    # other GloVe sets, or the package's vectors cut to a corpus's words for a machine that
+    # cannot fetch the package (a GPU box with no registry).
+    glove_file: str | None = None
     trainable: bool = True
 
     @model_validator(mode="after")
     def _frozen_needs_glove(self) -> "EmbeddingsSection":
         if not self.glove and not self.trainable:
             raise ValueError("[embeddings] trainable = false only makes sense with glove = true")
+        if self.glove_file is not None and not self.glove:
+            raise ValueError("[embeddings] glove_file needs glove = true")
         return self
 
 
@@ -146,6 +152,7 @@ class TrainSection(_Strict):
     eval_every: int | None = Field(None, ge=1)  # steps between dev evaluations; None = once per epoch
     eval_batch_size: int = Field(256, ge=1)
     bucket_batches: int = Field(50, ge=1)  # batches per length-sorted chunk (less padding, still shuffled)
+    max_wall_minutes: float | None = Field(None, gt=0)  # time budget: stop after the first dev evaluation past it
 
     @model_validator(mode="after")
     def _momentum_for_sgd(self) -> "TrainSection":

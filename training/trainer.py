@@ -56,6 +56,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def resolve_device(device: str) -> torch.device:
+    """"auto" is CUDA when torch sees a GPU, else CPU; "cuda" without a GPU is an error, not
+    a silent fall back to CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch {torch.__version__} sees no CUDA GPU")
+    return torch.device(device)
+
+
 def available_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -129,14 +139,14 @@ class EncodedExamples:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def batch(self, indices: Sequence[int]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        """(ids tensors in task order, labels) for the examples at `indices`."""
+    def batch(self, indices: Sequence[int], device: torch.device | str = "cpu") -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """(ids tensors in task order, labels) for the examples at `indices`, on `device`."""
         ids = []
         for column in self.columns:
             rows = [column[i] for i in indices]
             padded = pad_3d(rows) if isinstance(rows[0], list) else pad_2d(rows)
-            ids.append(torch.from_numpy(padded))
-        return tuple(ids), torch.from_numpy(self.labels[np.asarray(indices)])
+            ids.append(torch.from_numpy(padded).to(device, non_blocking=True))
+        return tuple(ids), torch.from_numpy(self.labels[np.asarray(indices)]).to(device, non_blocking=True)
 
 
 def bucketed_batches(costs: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -185,10 +195,11 @@ def predict_logits(network: TextClassifier, data: EncodedExamples, batch_size: i
     network.eval()
     order = np.argsort(data.costs, kind="stable")
     out = np.zeros((len(data), network.config.num_labels), dtype=np.float32)
+    device = next(network.parameters()).device
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
-        ids, _ = data.batch(indices)
-        out[indices] = network.logits_from_ids(*ids).float().numpy()
+        ids, _ = data.batch(indices, device)
+        out[indices] = network.logits_from_ids(*ids).float().cpu().numpy()
     network.train(was_training)
     return out
 
@@ -301,11 +312,19 @@ class TrainResult:
     network: TextClassifier = field(repr=False)  # the kept weights, in eval mode
 
 
-def init_embeddings_from_glove(network: TextClassifier, vocab: dict[str, int], trainable: bool, seed: int, cache_dir: str | Path | None) -> float:
-    """Copy GloVe rows into every word-embedding table; returns the vocabulary coverage."""
-    from training.embeddings import embedding_matrix, load_glove  # lazy: written beside this module
+def init_embeddings_from_glove(
+    network: TextClassifier,
+    vocab: dict[str, int],
+    trainable: bool,
+    seed: int,
+    cache_dir: str | Path | None,
+    glove_file: str | Path | None = None,
+) -> float:
+    """Copy GloVe rows (the pinned package's, or `glove_file`'s) into every word-embedding
+    table; returns the vocabulary coverage."""
+    from training.embeddings import embedding_matrix, load_glove, read_glove_text  # lazy: written beside this module
 
-    words, vectors = load_glove(cache_dir=cache_dir)
+    words, vectors = read_glove_text(glove_file) if glove_file else load_glove(cache_dir=cache_dir)
     matrix, coverage = embedding_matrix(vocab, words, vectors, seed=seed)
     layers = network.embedding_layers()
     if not layers:
@@ -336,15 +355,18 @@ def train(
     threads: int | None = None,
     splits: DatasetSplits | None = None,
     cache_dir: str | Path | None = None,
+    device: str = "cpu",
 ) -> TrainResult:
     """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
-    data (tests, notebooks); `threads` defaults to every core this process may use."""
+    data (tests, notebooks); `threads` defaults to every core this process may use; `device`
+    is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way)."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = recipe.train
     threads = threads or available_cores()
     torch.set_num_threads(threads)
+    target = resolve_device(device)
     seed_everything(cfg.seed)
 
     if splits is None:
@@ -380,7 +402,10 @@ def train(
     _check_length_limits(recipe, network)
     coverage = None
     if recipe.embeddings.glove:
-        coverage = init_embeddings_from_glove(network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, cache_dir)
+        coverage = init_embeddings_from_glove(
+            network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, cache_dir, recipe.embeddings.glove_file
+        )
+    network.to(target)
     params = [p for p in network.parameters() if p.requires_grad]
     log.info(
         "training",
@@ -395,6 +420,7 @@ def train(
             "glove_coverage": coverage,
             "trainable_parameters": sum(p.numel() for p in params),
             "threads": threads,
+            "device": str(target),
         },
     )
 
@@ -410,9 +436,11 @@ def train(
     batch_rng = np.random.default_rng(cfg.seed)
     history: list[dict[str, Any]] = []
     step, epoch, train_seconds, examples_seen = 0, 0, 0.0, 0
+    out_of_time = False
     window = {"loss": 0.0, "correct": 0, "seen": 0}  # training stats since the last evaluation
 
     def evaluate_dev() -> None:
+        nonlocal out_of_time
         dev = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
         record = {
             "epoch": epoch,
@@ -425,6 +453,7 @@ def train(
             "elapsed_s": round(time.perf_counter() - started, 2),
         }
         record["best"] = stopper.update(dev["accuracy"], network, epoch=epoch, step=step)
+        out_of_time = cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes
         history.append(record)
         log.info("evaluation", extra=record)
         if plateau is not None:
@@ -438,7 +467,7 @@ def train(
         epoch_loss, epoch_correct, epoch_seen = 0.0, 0, 0
         for indices in bar:
             tick = time.perf_counter()
-            ids, batch_labels = train_data.batch(indices)
+            ids, batch_labels = train_data.batch(indices, target)
             loss, logits = network.training_loss(ids, batch_labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -462,7 +491,7 @@ def train(
             if cfg.eval_every is not None and step % cfg.eval_every == 0:
                 evaluate_dev()
                 network.train()
-                if stopper.should_stop:
+                if stopper.should_stop or out_of_time:
                     break
         bar.close()
         if cfg.eval_every is None:
@@ -475,12 +504,16 @@ def train(
         if stopper.should_stop:
             log.info("early stop", extra={"epoch": epoch, "step": step, "best_dev_accuracy": stopper.best_score, **stopper.best_at})
             break
+        if out_of_time:
+            log.info("time budget spent", extra={"epoch": epoch, "step": step, "max_wall_minutes": cfg.max_wall_minutes, "best_dev_accuracy": stopper.best_score})
+            break
     if not history or history[-1]["step"] != step:  # eval_every did not land on the last step
         evaluate_dev()
     stopped_early = step < steps_per_epoch * cfg.epochs
 
     stopper.restore(network)
     network.eval()
+    network.cpu()  # checkpoint, parity examples and callers work on CPU
     dev_metrics = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
     test_metrics = evaluate_encoded(network, test_data, labels, cfg.eval_batch_size)
     wall_time = time.perf_counter() - started
@@ -523,6 +556,8 @@ def train(
         "glove_coverage": coverage,
         "trainable_parameters": sum(p.numel() for p in params),
         "threads": threads,
+        "device": str(target),
+        "gpu": torch.cuda.get_device_name(target) if target.type == "cuda" else None,
         "torch_version": torch.__version__,
         "machine": platform.machine(),
     }
