@@ -40,6 +40,12 @@ TASK_OF_ENDPOINT = {"classify": "classification", "entailment": "entailment", "v
 
 # --- model registry -------------------------------------------------------------------------
 
+def recorded_test_accuracy(config: BundleConfig | None) -> float:
+    """The test accuracy a bundle's config.json records, 0 if none."""
+    value = ((config.metrics if config else {}).get("test") or {}).get("accuracy")
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 @dataclass
 class ModelEntry:
     name: str
@@ -150,8 +156,12 @@ class Service:
         wanted = self.settings.default_model(task)
         if wanted:
             return wanted
-        names = sorted(n for n, e in self.models.items() if e.task == task and e.status != "failed")
-        return names[0] if names else None
+        # Without a setting, the most accurate model of the task on its own test split (the
+        # figure its bundle records), then name order: adding a weaker bundle never changes it.
+        candidates = [e for e in self.models.values() if e.task == task and e.status != "failed"]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda e: (-recorded_test_accuracy(e.config), e.name)).name
 
     def resolve(self, name: str | None, task: str) -> ModelEntry:
         """The model a request runs on; 422 for an unknown model or one of another task,

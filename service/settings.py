@@ -34,7 +34,8 @@ class Settings(BaseSettings):
     model_repository: Path = DEFAULT_MODEL_REPOSITORY
     # Serve only these bundle names (None: every bundle in the repository).
     models: Annotated[list[str] | None, NoDecode] = None
-    # Default model per task; None: the first loaded model of that task in name order.
+    # Default model per task; None: the served model of that task with the best recorded test
+    # accuracy (ties: name order).
     default_classification_model: str | None = None
     default_entailment_model: str | None = None
     default_verification_model: str | None = None

@@ -76,7 +76,7 @@ def test_endpoints_single_and_batch(service_bundles):
             assert [len(x["evidence_scores"]) for x in results] == [1, 3]
             assert results[0]["evidence_scores"] == pytest.approx([1.0])
 
-            # two classifiers: the default is the first in name order, `model` picks the other
+            # two classifiers of equal (untrained) accuracy: the default is the first in name order
             r = await client.post("/classify", json={"text": "the team won the championship"})
             assert_prediction(r.json(), "sentiment")
             r = await client.post("/classify", json={"text": "the team won the championship", "model": "topic"})
@@ -85,6 +85,27 @@ def test_endpoints_single_and_batch(service_bundles):
                                                                 {"text": "stock market fell"}], "model": "topic"})
             results = r.json()["results"]
             assert len(results) == 3 and all(x["model"] == "topic" for x in results)
+
+    asyncio.run(scenario())
+
+
+def test_default_model_is_the_most_accurate_of_its_task_unless_set(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            service = app.state.service
+            assert service.default_name("classification") == "sentiment"  # equal accuracy: name order
+            topic = service.models["topic"].config
+            service.models["topic"].config = topic.model_copy(update={"metrics": {"test": {"accuracy": 0.9}}})
+            assert service.default_name("classification") == "topic"
+            r = await client.post("/classify", json={"text": "parliament passed the budget"})
+            assert r.json()["model"] == "topic"
+            listed = {m["name"]: m["default"] for m in (await client.get("/v1/models")).json()["models"]}
+            assert listed["topic"] is True and listed["sentiment"] is False
+        async with running_app(settings(service_bundles, default_classification_model="sentiment")) as (app, client):
+            service = app.state.service
+            topic = service.models["topic"].config
+            service.models["topic"].config = topic.model_copy(update={"metrics": {"test": {"accuracy": 0.9}}})
+            assert (await client.post("/classify", json={"text": "budget"})).json()["model"] == "sentiment"
 
     asyncio.run(scenario())
 
