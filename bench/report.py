@@ -129,6 +129,8 @@ def markdown(r: dict) -> str:
             lines.append(f"| {x['knob']} | {x['value']} | {x['concurrency']} | {_fmt(x['requests_per_s'])} | "
                          f"{_fmt(x['latency_ms']['p50'], 2)} | {_fmt(x['latency_ms']['p99'], 2)} | "
                          f"{_fmt(split.get('mean_batch_size'), 1) if split else '-'} | {x['errors']['total']} |")
+        for x in knobs.get("failed", []):
+            lines.append(f"\nNot measured: {x['knob']} = {x['value']}: {x['reason'].strip().splitlines()[-1]}")
     prof = r["profile"]
     lines += ["", "## Profile of the service (py-spy, pinned, single-item requests)", ""]
     if prof["status"] != "ok":

@@ -20,6 +20,7 @@ shared machine. The plan:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -32,7 +33,7 @@ import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from bench import loadgen, profile, servers
 from bench.servers import Server, UvicornOptions
@@ -324,28 +325,44 @@ class Suite:
                 run["server_split"] = servers.metrics_split(before, servers.metric_totals(server.get("/metrics")))
             runs.append({"knob": knob, "value": value, **run})
 
+        failed: list[dict] = []
+
+        @contextlib.contextmanager
+        def attempt(knob: str, value) -> Iterator[None]:
+            """One knob setting that cannot start or be loaded is recorded, not fatal: the
+            sections measured before it must still reach results.json."""
+            try:
+                yield
+            except (servers.ServerError, loadgen.LoadGeneratorError) as exc:
+                log.warning("knob setting failed", extra={"knob": knob, "value": value, "error": str(exc)[-300:]})
+                failed.append({"knob": knob, "value": value, "reason": str(exc)[-1000:]})
+
         for size in (1, 8, 32, 64):
-            with self.service(workload, threads=1, cpus=c.server, max_batch_size=size) as server:
+            with attempt("max_batch_size", size), self.service(workload, threads=1, cpus=c.server, max_batch_size=size) as server:
                 measure("max_batch_size", size, server, high, c.loadgen, workload.endpoint)
         for delay in (0.0, 2.0, 5.0, 10.0):
-            with self.service(workload, threads=1, cpus=c.server, max_batch_delay_ms=delay) as server:
+            with attempt("max_batch_delay_ms", delay), \
+                    self.service(workload, threads=1, cpus=c.server, max_batch_delay_ms=delay) as server:
                 for concurrency in sorted({low, high}):
                     measure("max_batch_delay_ms", delay, server, concurrency, c.loadgen, workload.endpoint)
         # Threads and workers only mean something with both cores: unpinned, generator included.
         for threads in sorted({1, len(c.all)}):
-            with self.service(workload, threads=threads, cpus=None) as server:
+            with attempt("intra_op_threads (unpinned)", threads), self.service(workload, threads=threads, cpus=None) as server:
                 measure("intra_op_threads (unpinned)", threads, server, high, None, workload.endpoint)
         for workers in sorted({1, len(c.all)}):
-            with self.service(workload, threads=1, cpus=None, stack=UvicornOptions(workers=workers)) as server:
-                measure("uvicorn_workers (unpinned, 1 thread each)", workers, server, high, None, workload.endpoint)
+            knob = "uvicorn_workers (unpinned, 1 thread each)"
+            with attempt(knob, workers), \
+                    self.service(workload, threads=1, cpus=None, stack=UvicornOptions(workers=workers)) as server:
+                measure(knob, workers, server, high, None, workload.endpoint)
         for loop, http in (("uvloop", "httptools"), ("asyncio", "h11")):
-            with self.service(workload, threads=1, cpus=c.server, stack=UvicornOptions(loop=loop, http=http)) as server:
+            with attempt("loop/http", f"{loop}+{http}"), \
+                    self.service(workload, threads=1, cpus=c.server, stack=UvicornOptions(loop=loop, http=http)) as server:
                 measure("loop/http", f"{loop}+{http}", server, high, c.loadgen, workload.endpoint)
         for library in ("stdlib", "orjson"):
             spec = servers.floor_spec(servers.free_port(), json_library=library)
-            with Server(spec, c.server, self.logs) as server:
+            with attempt("json library (HTTP floor)", library), Server(spec, c.server, self.logs) as server:
                 measure("json library (HTTP floor)", library, server, high, c.loadgen, workload.endpoint)
-        return {"status": "ok", "workload": workload.name, "runs": runs}
+        return {"status": "ok", "workload": workload.name, "runs": runs, "failed": failed}
 
     # --- the whole run --------------------------------------------------------------------
 
