@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -33,12 +34,18 @@ LAYERS = {
 _FRAME = re.compile(r"^(?P<function>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
 
 
+def executable() -> str | None:
+    """py-spy on PATH, else beside this interpreter (a virtual environment used without
+    activating it puts its scripts there and not on PATH)."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+
+
 def available() -> bool:
-    return shutil.which("py-spy") is not None
+    return executable() is not None
 
 
 def start(pid: int, seconds: int, out: Path, cpus: str | None) -> subprocess.Popen:
-    argv = ["py-spy", "record", "--pid", str(pid), "--duration", str(seconds), "--rate", str(SAMPLE_RATE),
+    argv = [executable() or "py-spy", "record", "--pid", str(pid), "--duration", str(seconds), "--rate", str(SAMPLE_RATE),
             "--format", "raw", "--threads", "--nonblocking", "--output", str(out)]
     return subprocess.Popen(pinned(argv, cpus), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 from bench import loadgen, profile, servers
 from bench.servers import Server, UvicornOptions
 from bench.workloads import BATCH_INPUTS, Workload
+from service.settings import Settings
 
 log = logging.getLogger("bench.suite")
 
@@ -68,8 +69,8 @@ class BenchOptions:
     act_length: int = 256
     open_loop_fractions: tuple[float, ...] = (0.5, 0.9)
     open_loop_connections: int = 64
-    max_batch_size: int = 32
-    max_batch_delay_ms: float = 5.0
+    max_batch_size: int = Settings.model_fields["max_batch_size"].default  # the service's default
+    max_batch_delay_ms: float = Settings.model_fields["max_batch_delay_ms"].default  # the service's default
     peer: bool = True
     knobs: bool = True
     profile: bool = True

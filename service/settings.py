@@ -42,8 +42,12 @@ class Settings(BaseSettings):
 
     # Dynamic batching (per model): a batch closes at max_batch_size items, at
     # max_batch_tokens padded tokens, or max_batch_delay_ms after its first item arrived.
+    # Delay 0 is continuous batching: an idle engine takes what is queued at once, and items
+    # that arrive while a batch runs form the next one. On CPU it beat every delay measured
+    # (bench knobs: 2x the throughput at c=4, more at c=64); a delay pays off only where one
+    # engine call costs much more than the items in it (a GPU).
     max_batch_size: int = Field(32, ge=1)
-    max_batch_delay_ms: float = Field(5.0, ge=0)
+    max_batch_delay_ms: float = Field(0.0, ge=0)
     max_batch_tokens: int = Field(16384, ge=1)
     # Items (not requests) waiting per model before new requests get 429.
     max_queue: int = Field(1024, ge=1)

@@ -56,7 +56,10 @@ class TextEncoder:
         """Token ids of each text, truncated to `max_length`."""
         if not texts:
             return Encoded([], [])
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        if len(texts) == 1:  # encode_batch dispatches to rayon's pool: ~30% dearer for one text
+            encodings = [self.tokenizer.encode(texts[0], add_special_tokens=False)]
+        else:
+            encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         ids = [e.ids for e in encodings]
         truncated = [len(x) > max_length for x in ids]
         return Encoded([x[:max_length] for x in ids], truncated)
