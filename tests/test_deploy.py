@@ -230,6 +230,26 @@ def test_dockerfile_runtime_contract(dockerfile):
         assert ":" in image and not image.endswith(":latest"), f"unpinned base image {image}"
 
 
+# CUDA major each onnxruntime-gpu PyPI wheel links (readelf -d on its
+# libonnxruntime_providers_cuda.so: libcublas.so.12 vs libcublas.so.13).
+ORT_GPU_WHEEL_CUDA = {"1.20.0": 12, "1.26.0": 12, "1.31.1": 13}
+
+
+def test_gpu_image_takes_onnxruntime_built_for_its_cuda():
+    from packaging.specifiers import SpecifierSet
+
+    instructions = dockerfile_instructions(REPO / "docker" / "Dockerfile.gpu")
+    args = dict(a.split("=", 1) for k, a in instructions if k == "ARG" and "=" in a)
+    cuda_major = int(re.fullmatch(r"nvidia/cuda:(\d+)\..*", args["CUDA_IMAGE"]).group(1))
+    requirement = args["ORT_GPU_SPEC"].strip('"')
+    assert requirement.startswith("onnxruntime-gpu")
+    spec = SpecifierSet(requirement.removeprefix("onnxruntime-gpu"))
+    admitted = {v: major for v, major in ORT_GPU_WHEEL_CUDA.items() if v in spec}
+    assert admitted, f"{requirement} admits none of the known wheels"
+    wrong = {v: major for v, major in admitted.items() if major != cuda_major}
+    assert not wrong, f"{requirement} admits wheels built for another CUDA than the image's {cuda_major}: {wrong}"
+
+
 def _dockerignore_excludes(relative: str, patterns: list[str]) -> bool:
     """Docker's rule: the last matching pattern wins; `!` re-includes; a directory match
     covers everything under it."""
