@@ -42,8 +42,8 @@ KNOB_NOTES = [
     "- uvloop + httptools vs asyncio + h11: the event loop and HTTP parser under the same app "
     "(`auto` picks uvloop + httptools when installed, as `attserve serve` does).",
     "- JSON library: stdlib `json` vs `orjson` for parsing and rendering, measured on the HTTP floor. "
-    "The service itself parses and renders through pydantic-core (FastAPI with response models), "
-    "so this knob is about what a custom endpoint would gain, not a setting of the service.",
+    "The service parses bodies with the stdlib (FastAPI) and renders answers with the stdlib (Starlette's "
+    "JSONResponse), so this says what switching it to orjson would buy; it is not a setting.",
 ]
 
 RUN_HEADER = [

@@ -69,8 +69,13 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self._closing = False
         self._batches = 0
+        # this model's series, resolved once (labels() takes a lock and validates each call)
         self._depth = metrics.queue_depth.labels(model=self.name)
         self._depth.set(0)
+        self._queue_wait = metrics.queue_wait.labels(model=self.name)
+        self._inference_duration = metrics.inference_duration.labels(model=self.name)
+        self._batch_size = metrics.batch_size.labels(model=self.name)
+        self._batch_tokens = metrics.batch_tokens.labels(model=self.name)
 
     # --- caller side ----------------------------------------------------------------------
 
@@ -192,7 +197,7 @@ class Batcher:
         if not live:
             return
         for waiting in live:
-            self.metrics.queue_wait.labels(model=self.name).observe(start - waiting.enqueued)
+            self._queue_wait.observe(start - waiting.enqueued)
         items = [w.item for w in live]
         self._batches += 1
         batch_id = self._batches
@@ -206,9 +211,9 @@ class Batcher:
                     waiting.future.set_exception(InferenceFailed(f"inference failed: {type(exc).__name__}"))
             return
         inference_s = time.perf_counter() - t0
-        self.metrics.inference_duration.labels(model=self.name).observe(inference_s)
-        self.metrics.batch_size.labels(model=self.name).observe(len(items))
-        self.metrics.batch_tokens.labels(model=self.name).observe(len(items) * items[0].tokens)
+        self._inference_duration.observe(inference_s)
+        self._batch_size.observe(len(items))
+        self._batch_tokens.observe(len(items) * items[0].tokens)
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():
                 waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id))

@@ -85,8 +85,12 @@ class Item:
 
 @dataclass(frozen=True)
 class ItemOutput:
+    """One item's answer, as plain Python values: the event loop only puts them in a dict."""
+
     logits: np.ndarray  # (C,)
-    evidence_scores: np.ndarray | None  # (K,) for verification, this item's evidence only
+    probs: list[float]  # (C,) softmax of the logits
+    label_index: int  # argmax of the logits
+    evidence_scores: list[float] | None  # (K,) for verification, this item's evidence only
 
 
 class ModelRuntime:
@@ -189,16 +193,20 @@ class ModelRuntime:
         return self.session.run(self.output_names, feeds)
 
     def infer(self, items: Sequence[Item]) -> list[ItemOutput]:
-        """Run one batch (items of one bucket shape); each item gets back its own rows."""
+        """Run one batch (items of one bucket shape); each item gets back its own rows.
+        Softmax, argmax and the conversion to Python floats happen here, once per batch and in
+        the inference thread, rather than per request on the event loop."""
         outputs = self.run(self.feeds(items))
         logits = outputs[0]  # (B, C)
-        scores = outputs[1] if len(outputs) > 1 else None  # (B, K)
+        probs = softmax(logits).tolist()  # (B, C)
+        best = logits.argmax(axis=-1).tolist()  # (B,)
+        scores = outputs[1].tolist() if len(outputs) > 1 else None  # (B, K)
         results = []
         for row, item in enumerate(items):
             evidence = None
             if scores is not None:
-                evidence = scores[row, : len(item.ids[1])]
-            results.append(ItemOutput(logits[row], evidence))
+                evidence = scores[row][: len(item.ids[1])]
+            results.append(ItemOutput(logits[row], probs[row], best[row], evidence))
         return results
 
     def warmup_shapes(self, max_batch_size: int, max_batch_tokens: int) -> list[tuple[int, Item]]:
