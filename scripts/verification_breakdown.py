@@ -14,19 +14,19 @@ Writes JSON to stdout; progress and logs go to stderr.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import torch
 import typer
 from tqdm.auto import tqdm
 
+from service.tokenization import TextEncoder
 from training.checkpoint import load_checkpoint
 from training.datasets import SPLIT_SEED, _snli_pairs
-from service.tokenization import TextEncoder
-from training.trainer import EncodedExamples
+from training.trainer import EncodedExamples, predict_batches
 from training.verification import build_claims
 
 
@@ -46,14 +46,11 @@ def main(
 
     predictions = np.zeros(len(records), dtype=np.int64)
     top_evidence = np.zeros(len(records), dtype=np.int64)
-    order = np.argsort(data.costs, kind="stable")
-    with torch.inference_mode():
-        for start in tqdm(range(0, len(order), batch_size), desc="scoring", unit="batch"):
-            indices = order[start : start + batch_size]
-            ids, _ = data.batch(indices)
-            logits, evidence_scores = network._forward_ids(*ids)  # (B, C), (B, K)
-            predictions[indices] = logits.argmax(-1).numpy()
-            top_evidence[indices] = evidence_scores.argmax(-1).numpy()
+    batches = predict_batches(network, data, batch_size)
+    for indices, (logits, evidence_scores) in tqdm(batches, total=math.ceil(len(data) / batch_size),
+                                                   desc="scoring", unit="batch"):  # (B, C), (B, K)
+        predictions[indices] = logits.argmax(-1).cpu().numpy()
+        top_evidence[indices] = evidence_scores.argmax(-1).cpu().numpy()
 
     groups: dict[str, list[int]] = defaultdict(list)
     for i, record in enumerate(records):

@@ -29,7 +29,7 @@ import random
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -189,18 +189,29 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels:
 
 
 @torch.no_grad()
-def predict_logits(network: TextClassifier, data: EncodedExamples, batch_size: int = 256) -> np.ndarray:
-    """(N, C) logits in the examples' order (batched by length for speed)."""
+def predict_batches(network: TextClassifier, data: EncodedExamples,
+                    batch_size: int = 256) -> Iterator[tuple[np.ndarray, tuple[torch.Tensor, ...]]]:
+    """(example indices, outputs) per batch, in eval mode, batched by length for speed. The
+    outputs are the ids-only forward's: (logits,), or (logits, evidence scores) for verification."""
     was_training = network.training
     network.eval()
     order = np.argsort(data.costs, kind="stable")
-    out = np.zeros((len(data), network.config.num_labels), dtype=np.float32)
     device = next(network.parameters()).device
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        ids, _ = data.batch(indices, device)
-        out[indices] = network.logits_from_ids(*ids).float().cpu().numpy()
-    network.train(was_training)
+    try:
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            ids, _ = data.batch(indices, device)
+            out = network._forward_ids(*ids)
+            yield indices, out if isinstance(out, tuple) else (out,)
+    finally:
+        network.train(was_training)
+
+
+def predict_logits(network: TextClassifier, data: EncodedExamples, batch_size: int = 256) -> np.ndarray:
+    """(N, C) logits in the examples' order."""
+    out = np.zeros((len(data), network.config.num_labels), dtype=np.float32)
+    for indices, outputs in predict_batches(network, data, batch_size):
+        out[indices] = outputs[0].float().cpu().numpy()
     return out
 
 
