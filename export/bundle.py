@@ -20,7 +20,7 @@ import onnx
 import onnxruntime
 import torch
 
-from export.onnx_graph import OPSET, export_onnx
+from export.onnx_graph import OPSET, export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
 from export.parity import TOLERANCE, assert_parity, check_parity, cpu_session, example_batches
 from models import TASKS, TextClassifier, architectures
 from service.bundle import (
@@ -66,6 +66,7 @@ def write_bundle_from_network(
     variants: bool = False,
     tolerance: float = TOLERANCE,
     step: Step | None = None,
+    fp16_embeddings: bool = False,
 ) -> Path:
     """Export `network` into the bundle directory `out_dir` and return it.
 
@@ -94,7 +95,10 @@ def write_bundle_from_network(
     staging.mkdir()
     try:
         step("exporting ONNX graph")
+        shapes = round_embeddings_to_fp16(network) if fp16_embeddings else []
         model_path = export_onnx(network, staging / MODEL_FILE)
+        if shapes:
+            store_embeddings_fp16(model_path, shapes)
         shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
 
         step("checking parity with PyTorch")
@@ -180,6 +184,8 @@ def write_bundle(
         description=meta.description,
         variants=variants,
         step=step,
+        # a recipe may ask for its (large, pretrained-vocabulary) embedding tables in float16
+        fp16_embeddings=(meta.recipe or {}).get("embeddings", {}).get("export_dtype") == "float16",
     )
 
 

@@ -43,6 +43,61 @@ def dynamic_shapes(task: str) -> dict[str, dict[int, torch.export.Dim]]:
     return shapes
 
 
+def round_embeddings_to_fp16(network: TextClassifier) -> list[tuple[int, int]]:
+    """Round every nn.Embedding table to float16 values, in place, and return their shapes: the
+    network then has exactly the weights that `store_embeddings_fp16` writes, so the parity check
+    compares like with like."""
+    shapes = []
+    with torch.no_grad():
+        for layer in network.modules():
+            if isinstance(layer, torch.nn.Embedding):
+                layer.weight.copy_(layer.weight.half().float())
+                shapes.append(tuple(layer.weight.shape))
+    return shapes
+
+
+def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> int:
+    """Rewrite the graph at `path` so each float32 embedding table (an initializer of one of
+    `shapes` read by Gather) is stored as float16 and cast back to float32 after the lookup:
+    half the bytes of the largest tensors, same float32 compute. Returns the tables converted."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    tables = {
+        init.name: init for init in graph.initializer
+        if init.data_type == onnx.TensorProto.FLOAT and tuple(init.dims) in set(shapes)
+    }
+    converted: set[str] = set()
+    nodes = []
+    for node in graph.node:
+        if node.op_type == "Gather" and node.input[0] in tables:
+            name = node.input[0]
+            converted.add(name)
+            half_out = f"{node.output[0]}__fp16"
+            nodes.append(helper.make_node("Gather", [f"{name}__fp16", node.input[1]], [half_out],
+                                          name=f"{node.name}__fp16", axis=next((a.i for a in node.attribute if a.name == "axis"), 0)))
+            nodes.append(helper.make_node("Cast", [half_out], [node.output[0]], name=f"{node.name}__cast",
+                                          to=onnx.TensorProto.FLOAT))
+        else:
+            nodes.append(node)
+    users = {i for node in graph.node for i in node.input if i in converted and node.op_type != "Gather"}
+    if users:
+        raise ValueError(f"embedding tables {sorted(users)} are read by more than Gather; cannot store them as fp16")
+    del graph.node[:]
+    graph.node.extend(nodes)
+    for name in converted:
+        table = tables[name]
+        graph.initializer.remove(table)
+        graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), f"{name}__fp16"))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    log.info("embeddings stored as float16", extra={"path": str(path), "tables": len(converted)})
+    return len(converted)
+
+
 def export_onnx(network: TextClassifier, path: str | Path, opset: int = OPSET) -> Path:
     """Export `network` (switched to eval mode) to `path` and return the path."""
     path = Path(path)

@@ -321,7 +321,8 @@ class ACTForClassification(TextClassifier):
         """0.5 * mean over the batch of ||r_i - c_{y_i}||^2 (Wen et al. 2016)."""
         return 0.5 * (features - self.class_centers[labels]).pow(2).sum(-1).mean()
 
-    def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor,
+                      evidence_targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         (input_ids,) = ids
         encoded = self.encode(input_ids, padding_mask(input_ids, PAD_ID))
         logits = self.classifier(encoded.features)

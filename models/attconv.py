@@ -49,9 +49,10 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from models.base import NetworkConfig, TextClassifier, register
+from models.base import PAD_ID, NetworkConfig, TextClassifier, register
 from models.layers import (
     Conv1dSame,
     classifier_head,
@@ -60,6 +61,7 @@ from models.layers import (
     masked_mean,
     masked_softmax,
     masked_sum,
+    padding_mask,
     pair_features,
     zero_padding,
 )
@@ -79,6 +81,21 @@ class AttConvConfig(NetworkConfig):
     direction: str = "both"  # pairs: "both" (symmetric features) | "single" (tx attends ty)
     multi_context: str = "wise"  # verification: "wise" (max over evidences) | "conc"
     head_hidden: int = 300  # classifier MLP hidden width (0 = logistic regression)
+    # verification: weight of the auxiliary loss that makes evidence_scores point at the deciding
+    # evidence (-log of its soft share of the context-wise max; conc: of its attention mass)
+    evidence_loss_weight: float = 0.0
+    evidence_loss_temperature: float = 0.1  # softness of the per-dimension "which slot wins"
+    # Two word channels (Kim 2014's static + non-static): `embeddings` (pretrained, frozen by the
+    # trainer) concatenated with `tuned_embeddings`, a trainable table for ids below this (the
+    # words training sees, and the OOV buckets); above it the tuned channel repeats the static
+    # vector, so a word training never saw looks like a seen word that kept its pretrained
+    # vector. 0 = one table.
+    tuned_vocab_size: int = 0
+
+    @property
+    def word_dim(self) -> int:
+        """Width of a word's vector as the attentive convolution sees it."""
+        return self.embedding_dim * (2 if self.tuned_vocab_size else 1)
 
     def __post_init__(self) -> None:
         for name, allowed in (("variant", VARIANTS), ("match", MATCHES), ("direction", DIRECTIONS),
@@ -153,7 +170,7 @@ class AttConvLayer(nn.Module):
 
     def __init__(self, config: AttConvConfig) -> None:
         super().__init__()
-        dim = config.embedding_dim
+        dim = config.word_dim
         self.advanced = config.variant == "advanced"
         if self.advanced:
             self.source = AttConvMultiGranular(dim, config.kernel_size)
@@ -250,6 +267,8 @@ class AttConv(AttConvPreTrainedModel):
     def __init__(self, config: AttConvConfig) -> None:
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=0)
+        if config.tuned_vocab_size:
+            self.tuned_embeddings = nn.Embedding(config.tuned_vocab_size, config.embedding_dim, padding_idx=0)
         self.dropout = nn.Dropout(config.dropout)
         self.attconv = AttConvLayer(config)
         symmetric = config.task != "classification" and config.direction == "both"
@@ -268,8 +287,14 @@ class AttConv(AttConvPreTrainedModel):
     # ------------------------------------------------------------------------------------------
 
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        # ids: (B, L) -> (B, L, D), zero at padding so no convolution sees padding length
-        return zero_padding(self.dropout(self.embeddings(ids)), mask)
+        # ids: (B, L) -> (B, L, D) (D = word_dim), zero at padding so no convolution sees padding length
+        vectors = self.embeddings(ids)  # (B, L, E)
+        limit = self.config.tuned_vocab_size
+        if limit:
+            tuned = self.tuned_embeddings(ids.clamp(max=limit - 1))  # (B, L, E)
+            tuned = torch.where((ids < limit).unsqueeze(-1), tuned, vectors)
+            vectors = torch.cat([vectors, tuned], dim=-1)  # (B, L, 2E)
+        return zero_padding(self.dropout(vectors), mask)
 
     def encode(self, hidden: torch.Tensor, mask: torch.Tensor, focus: torch.Tensor,
                focus_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,6 +327,28 @@ class AttConv(AttConvPreTrainedModel):
 
     def verify(self, claim_ids: torch.Tensor, claim_mask: torch.Tensor, evidence_ids: torch.Tensor,
                evidence_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, evidence_scores, _ = self.verify_with_evidence_shares(claim_ids, claim_mask, evidence_ids, evidence_mask)
+        return logits, evidence_scores
+
+    def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor,
+                      evidence_targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = self.config.evidence_loss_weight
+        if self.config.task != "verification" or not weight or evidence_targets is None:
+            return super().training_loss(ids, labels)
+        claim_ids, evidence_ids = ids
+        logits, _, shares = self.verify_with_evidence_shares(
+            claim_ids, padding_mask(claim_ids, PAD_ID), evidence_ids, padding_mask(evidence_ids, PAD_ID))
+        loss = F.cross_entropy(logits, labels, label_smoothing=float(self.config.label_smoothing))
+        known = evidence_targets >= 0  # (B,)
+        if bool(known.any()):
+            gold_share = shares[known].gather(1, evidence_targets[known].unsqueeze(1)).squeeze(1)  # (N,)
+            loss = loss + weight * -torch.log(gold_share.clamp(min=1e-6)).mean()
+        return loss, logits
+
+    def verify_with_evidence_shares(self, claim_ids: torch.Tensor, claim_mask: torch.Tensor, evidence_ids: torch.Tensor,
+                                    evidence_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits (B, C), evidence_scores (B, K), differentiable evidence shares (B, K)): the
+        shares are what the auxiliary evidence loss trains; evidence_scores is what is served."""
         batch, count, length = evidence_ids.shape
         slot_mask = evidence_mask.any(dim=-1)  # (B, K): a slot is valid iff it has a token
         claim = self.embed(claim_ids, claim_mask)  # (B, Lc, D)
@@ -317,7 +364,12 @@ class AttConv(AttConvPreTrainedModel):
             new, _ = self.attconv(repeat_per_slot(source, count), repeat_per_slot(beneficiary, count),
                                   slot_claim_mask, evidence_focus, flat_mask)  # (B*K, Lc, H)
             claim_vectors = masked_max(new, slot_claim_mask.unsqueeze(-1), dim=1)  # (B*K, H)
-            claim_vector, evidence_scores = context_wise_max(claim_vectors.view(batch, count, -1), slot_mask)
+            per_slot = claim_vectors.view(batch, count, -1)  # (B, K, H)
+            claim_vector, evidence_scores = context_wise_max(per_slot, slot_mask)
+            # soft version of "which slot wins each dimension", averaged over dimensions
+            soft_wins = masked_softmax(per_slot / self.config.evidence_loss_temperature,
+                                       slot_mask.unsqueeze(-1), dim=1)  # (B, K, H)
+            shares = soft_wins.mean(dim=-1)  # (B, K)
         else:
             # claim against all evidence tokens at once; flattened only for attention
             focus = evidence_focus.reshape(batch, count * length, -1)  # (B, K*Le, Dc)
@@ -329,6 +381,7 @@ class AttConv(AttConvPreTrainedModel):
             mass = masked_mean(per_evidence, claim_mask.unsqueeze(-1), dim=1)  # (B, K)
             # renormalise over valid evidences; an example with no valid claim token scores 0
             evidence_scores = mass / mass.sum(dim=-1, keepdim=True).clamp(min=1e-12)  # (B, K)
+            shares = evidence_scores
 
         if self.config.direction == "single":
             features = claim_vector  # (B, H)
@@ -342,4 +395,4 @@ class AttConv(AttConvPreTrainedModel):
             evidence_vector = masked_max(evidence_new.reshape(batch, count * length, -1),
                                          evidence_mask.reshape(batch, count * length, 1), dim=1)  # (B, H)
             features = pair_features(claim_vector, evidence_vector)  # (B, 4H)
-        return self.classifier(features), evidence_scores
+        return self.classifier(features), evidence_scores, shares

@@ -86,9 +86,11 @@ class TextClassifier(nn.Module):
             args.extend((t, padding_mask(t, PAD_ID)))
         return self(*args)
 
-    def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, logits) for one batch. Families with an auxiliary loss (ACT's center loss)
-        override this; everything else is plain cross-entropy."""
+    def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor,
+                      evidence_targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, logits) for one batch. Families with an auxiliary loss (ACT's center loss,
+        AttConv's evidence loss) override this; everything else is plain cross-entropy.
+        `evidence_targets` (B,) is the deciding evidence slot per claim, -1 where unknown."""
         logits = self.logits_from_ids(*ids)
         smoothing = float(getattr(self.config, "label_smoothing", 0.0))
         return F.cross_entropy(logits, labels, label_smoothing=smoothing), logits

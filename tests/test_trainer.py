@@ -431,7 +431,7 @@ def test_glove_rows_initialise_the_embeddings(tmp_path, monkeypatch, trainable):
 
     words = ["the", "dog", "good", "bad", "zebra"]  # "zebra" never occurs in the data
     vectors = np.arange(len(words) * 8, dtype=np.float32).reshape(len(words), 8) / 10
-    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None: (words, vectors))
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, **_: (words, vectors))
     recipe = make_recipe("classification", epochs=2).model_copy(
         update={"embeddings": make_recipe("classification").embeddings.model_copy(update={"glove": True, "trainable": trainable})}
     )

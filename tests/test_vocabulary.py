@@ -1,0 +1,231 @@
+"""Vocabulary over pretrained vectors: pretrained words in the tokenizer, hash buckets for the
+rest, frozen pretrained rows in training, fp16 tables in the exported graph."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from service.tokenization import PAD_ID, TextEncoder, oov_token
+from training.tokenizer import build_tokenizer, producible, save_tokenizer, trainable_rows
+
+TRAIN = ["the cat sat on the mat", "the dog sat", "a cat ran"]
+GLOVE_WORDS = ["the", ",", "u.s.", "'s", "zebra", "giraffe", "cat", "house", "river"]
+
+
+def test_pretrained_words_join_the_training_words_in_order():
+    tokenizer = build_tokenizer(TRAIN, pretrained_words=GLOVE_WORDS, max_pretrained=3, oov_buckets=4)
+    vocab = tokenizer.get_vocab()
+    assert vocab["[PAD]"] == 0 and vocab["[UNK]"] == 1
+    trained = build_tokenizer(TRAIN).get_vocab()
+    assert all(vocab[word] == index for word, index in trained.items())  # training ids unchanged
+    # "u.s." and "'s" cannot come out of the pre-tokeniser; "the" and "cat" are already there
+    added = sorted((vocab[w], w) for w in vocab if w not in trained and not w.startswith("[OOV"))
+    assert [w for _, w in added] == [",", "zebra", "giraffe"]
+    # buckets right after the training words: ids below trainable_rows are all training can see
+    assert [vocab[oov_token(i)] for i in range(4)] == list(range(len(trained), len(trained) + 4))
+    assert trainable_rows(tokenizer) == len(trained) + 4 == added[0][0]
+
+
+def test_producible_rejects_tokens_the_pre_tokenizer_splits():
+    tokenizer = build_tokenizer(TRAIN)
+    assert producible(tokenizer, "zebra") and producible(tokenizer, ",")
+    assert not producible(tokenizer, "u.s.") and not producible(tokenizer, "'s") and not producible(tokenizer, "Zebra")
+
+
+def test_special_tokens_typed_in_a_text_are_never_the_padding_id(tmp_path):
+    path = save_tokenizer(build_tokenizer(TRAIN, pretrained_words=GLOVE_WORDS, max_pretrained=5, oov_buckets=8), tmp_path / "t.json")
+    encoder = TextEncoder.from_file(path)
+    ids = encoder.encode(["the [PAD] cat [UNK]"], 32).ids[0]
+    assert PAD_ID not in ids and len(ids) == 8
+
+
+def test_unknown_words_hash_to_their_own_bucket_across_case_and_batches(tmp_path):
+    buckets = 64
+    path = save_tokenizer(build_tokenizer(TRAIN, pretrained_words=GLOVE_WORDS, max_pretrained=5, oov_buckets=buckets), tmp_path / "t.json")
+    encoder = TextEncoder.from_file(path)  # the file round trip keeps the buckets
+    assert encoder.oov_buckets == buckets
+    base = encoder.oov_base
+    solo = encoder.encode(["Qwerty zebra qwerty"], 32).ids[0]
+    batch = encoder.encode(["cat", "Qwerty zebra qwerty", "xyzzy " * 1000], 32).ids[1]  # encode_batch path
+    assert solo == batch
+    expected = base + zlib.crc32("qwerty".encode()) % buckets  # the documented rule
+    assert solo[0] == solo[2] == expected
+    assert solo[1] == encoder.tokenizer.token_to_id("zebra")  # a pretrained word keeps its own id
+    # different unknown words spread over the buckets instead of collapsing into [UNK]
+    words = [f"unseenword{i}" for i in range(200)]
+    ids = [encoder.encode([w], 8).ids[0][0] for w in words]
+    assert encoder.unk_id not in ids
+    assert all(base <= i < base + buckets for i in ids)
+    assert len(set(ids)) > buckets // 2
+    assert set(encoder.unknown_ids()) == {encoder.unk_id, *range(base, base + buckets)}
+
+
+def test_a_tokenizer_without_buckets_keeps_plain_unk():
+    encoder = TextEncoder(build_tokenizer(TRAIN))
+    assert encoder.oov_buckets == 0 and encoder.unknown_ids() == [encoder.unk_id]
+    assert encoder.encode(["qwerty cat"], 8).ids[0][0] == encoder.unk_id
+
+
+def test_non_contiguous_bucket_tokens_are_rejected():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, oov_token(0): 2, "cat": 3, oov_token(1): 4}
+    with pytest.raises(ValueError, match="not contiguous"):
+        TextEncoder(Tokenizer(WordLevel(vocab=vocab, unk_token="[UNK]")))
+
+
+def test_penn_treebank_bracket_escapes_become_brackets():
+    tokenizer = build_tokenizer(["a ( b ) c [ d ]"])
+    encoding = tokenizer.encode("Paris -LRB- France -RRB- -LSB- 1 -RSB-")
+    assert encoding.tokens[1] == "(" and encoding.tokens[3] == ")" and encoding.tokens[4] == "["
+    assert tokenizer.encode("x -LRB- y").tokens == tokenizer.encode("x ( y").tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Training: frozen pretrained rows, trained buckets
+
+
+def test_frozen_pretrained_rows_stay_and_the_rest_trains(tmp_path, monkeypatch):
+    import training.embeddings
+    from tests.test_trainer import make_recipe, make_splits
+    from training.checkpoint import load_checkpoint
+    from training.trainer import train
+
+    splits = make_splits("classification")
+    words = ["the", "dog", "good", "bad", "zebra", "quokka"]  # the last two never occur in the data
+    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, vectors_name=None, **_: (words, vectors))
+    base = make_recipe("classification", epochs=3)
+    recipe = base.model_copy(update={
+        "tokenizer": base.tokenizer.model_copy(update={"min_frequency": 1000, "pretrained_vocab": 4, "oov_buckets": 16}),
+        "embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": True, "freeze_pretrained": True}),
+    })
+    train(recipe, tmp_path, progress=False, threads=1, splits=splits)
+
+    network, meta = load_checkpoint(tmp_path)
+    encoder = TextEncoder.from_file(tmp_path / "tokenizer.json")
+    vocab = encoder.tokenizer.get_vocab()
+    table = network.embedding_layers()[0].weight.detach()
+    # min_frequency 1000: no training word; 16 buckets, then the first 4 pretrained words
+    assert sorted(vocab, key=vocab.get)[18:22] == words[:4]
+    for word in words[:4]:
+        assert torch.equal(table[vocab[word]], torch.from_numpy(vectors[words.index(word)]))
+    # the data's words all hash into buckets: the buckets the data used moved from their init
+    used = {i for ids in encoder.encode([e.text for e in splits.train], 64).ids for i in ids} & set(range(encoder.oov_base, encoder.oov_base + 16))
+    assert used
+    initial = training.embeddings.embedding_matrix(vocab, words, vectors, seed=0, oov_scale=float(vectors.std())).matrix
+    assert all(not np.allclose(table[i].numpy(), initial[i]) for i in used)
+    assert meta.recipe["tokenizer"]["oov_buckets"] == 16
+
+
+def test_freezing_needs_vectors_and_no_weight_decay():
+    from tests.test_trainer import make_recipe
+    from training.recipes import Recipe
+
+    payload = make_recipe("classification").model_dump()
+    with pytest.raises(ValueError, match="freeze_pretrained needs glove"):
+        Recipe.model_validate({**payload, "embeddings": {"glove": False, "freeze_pretrained": True}})
+    with pytest.raises(ValueError, match="weight_decay"):
+        Recipe.model_validate({**payload, "embeddings": {"glove": True, "freeze_pretrained": True},
+                               "train": {**payload["train"], "weight_decay": 0.01}})
+    with pytest.raises(ValueError, match="pretrained_vocab needs"):
+        Recipe.model_validate({**payload, "tokenizer": {"pretrained_vocab": 10}})
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: fp16 tables
+
+
+def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
+    from export.onnx_graph import export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
+    from export.parity import cpu_session, run_onnx, run_torch
+    from models import build_network
+
+    torch.manual_seed(0)
+    vocab = 5000
+    network = build_network("attconv-light", task="entailment", vocab_size=vocab, num_labels=3,
+                            embedding_dim=16, hidden_dim=8, head_hidden=8, dropout=0.0).eval()
+    plain = export_onnx(network, tmp_path / "plain.onnx")
+    shapes = round_embeddings_to_fp16(network)
+    assert shapes == [(vocab, 16)]
+    half = export_onnx(network, tmp_path / "half.onnx")
+    assert store_embeddings_fp16(half, shapes) == 1
+
+    model = onnx.load(str(half))
+    tables = [i for i in model.graph.initializer if list(i.dims) == [vocab, 16]]
+    assert [t.data_type for t in tables] == [onnx.TensorProto.FLOAT16]
+    assert half.stat().st_size < 0.6 * plain.stat().st_size
+
+    rng = np.random.default_rng(1)
+    premise = rng.integers(1, vocab, size=(4, 11)); premise[0, 7:] = PAD_ID
+    hypothesis = rng.integers(1, vocab, size=(4, 5)); hypothesis[2, 3:] = PAD_ID
+    ids = [premise.astype(np.int64), hypothesis.astype(np.int64)]
+    expected = run_torch(network, ids)[0]  # the network with the same rounded weights
+    got = run_onnx(cpu_session(half), "entailment", ids)[0]
+    assert np.abs(expected - got).max() < 1e-5
+
+
+def test_bundle_export_honours_the_recipe_export_dtype(tmp_path):
+    from export.bundle import write_bundle
+    from training.checkpoint import load_checkpoint
+    from tests.test_export import train_checkpoint
+
+    checkpoint = train_checkpoint("entailment", tmp_path / "c")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["recipe"] = {"embeddings": {"export_dtype": "float16"}}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    network, _ = load_checkpoint(checkpoint)
+    bundle = write_bundle(checkpoint, tmp_path / "bundle")
+    model = onnx.load(str(bundle / "model.onnx"))
+    vocab = network.config.vocab_size
+    dtypes = {i.data_type for i in model.graph.initializer if len(i.dims) == 2 and i.dims[0] == vocab}
+    assert dtypes == {onnx.TensorProto.FLOAT16}
+    parity = json.loads((bundle / "config.json").read_text())["parity"]
+    assert parity["max_abs_diff"] < 1e-4 and parity["argmax_mismatches"] == 0
+
+
+def test_the_tuned_channel_trains_seen_rows_and_repeats_static_vectors_for_unseen_words(tmp_path, monkeypatch):
+    import training.embeddings
+    from tests.test_trainer import make_splits
+    from training.checkpoint import load_checkpoint
+    from training.recipes import Recipe
+    from training.trainer import train
+
+    splits = make_splits("entailment")
+    train_words = sorted({w for e in splits.train for t in (e.premise, e.hypothesis) for w in t.split()})
+    words = train_words[:5] + ["zebra", "quokka"]  # the last two never occur in the data
+    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, **_: (words, vectors))
+    recipe = Recipe.model_validate({
+        "name": "tiny-two-channel", "data": {"dataset": "snli"},
+        "model": {"architecture": "attconv-light", "embedding_dim": 8, "hidden_dim": 8, "head_hidden": 8, "dropout": 0.0},
+        "tokenizer": {"pretrained_vocab": 10, "oov_buckets": 4},
+        "embeddings": {"glove": True, "tuned_channel": True},
+        "limits": {"max_lengths": {"premise_ids": 16, "hypothesis_ids": 16}},
+        "train": {"epochs": 2, "batch_size": 16, "lr": 0.05, "patience": None},
+    })
+    train(recipe, tmp_path, progress=False, threads=1, splits=splits)
+    network, _ = load_checkpoint(tmp_path)
+    vocab = TextEncoder.from_file(tmp_path / "tokenizer.json").tokenizer.get_vocab()
+    limit = network.config.tuned_vocab_size
+    assert limit == vocab[oov_token(3)] + 1 and network.tuned_embeddings.num_embeddings == limit
+    static = network.embeddings.weight.detach()
+    for word, row in zip(words, vectors):  # the static channel is exactly the pretrained table
+        assert torch.equal(static[vocab[word]], torch.from_numpy(row))
+    tuned = network.tuned_embeddings.weight.detach()
+    assert not torch.equal(tuned[vocab[words[0]]], static[vocab[words[0]]])  # a seen word's tuned row moved
+    # an unseen pretrained word: both channels carry its pretrained vector
+    network.eval()
+    ids = torch.tensor([[vocab["zebra"], vocab[words[0]]]])
+    embedded = network.embed(ids, ids != PAD_ID)[0]
+    assert torch.equal(embedded[0], torch.cat([static[vocab["zebra"]]] * 2))
+    assert torch.equal(embedded[1], torch.cat([static[vocab[words[0]]], tuned[vocab[words[0]]]]))
+    with pytest.raises(ValueError, match="tuned_channel needs"):
+        Recipe.model_validate({**recipe.model_dump(), "tokenizer": {"pretrained_vocab": 10}})
