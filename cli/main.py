@@ -23,7 +23,7 @@ app = typer.Typer(
 # module -> the functions in it that become commands (command name = function name, _ -> -)
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.data_command": ("data",),
-    "training.commands": ("train", "evaluate", "baseline"),
+    "training.commands": ("train", "evaluate", "baseline", "card"),
     "export.commands": ("export",),
     "service.commands": ("serve",),
     "bench.commands": ("bench",),

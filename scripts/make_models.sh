@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Rebuild every default bundle from data: fetch and verify the datasets, train each recipe in
-# recipes/ into checkpoints/<name>, then export it (parity-checked) into model_repository/<name>.
+# recipes/ into checkpoints/<name>, export it (parity-checked) into model_repository/<name>, then
+# write its model card (`attserve card`: needs ../shared/data/ood-dev or $ATTSERVE_OOD_DIR for the
+# out-of-domain figures).
 # <name> is the recipe's own `name` field. Training is hours of CPU in all: each recipe states
 # its measured wall time.
 #
@@ -34,5 +36,13 @@ for recipe in "${recipes[@]}"; do
     "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}"
     echo "== ${name}: exporting to ${REPOSITORY}/${name}" >&2
     "${ATTSERVE[@]}" export "${CHECKPOINTS}/${name}" --out "${REPOSITORY}/${name}" "${export_flags[@]}"
+    # Model card: in-domain and out-of-domain dev metrics, unknown-token share, the temperature
+    # fitted on dev (which the service applies), and the known failure modes written by hand.
+    card_flags=()
+    if [[ -f "model_cards/failure-modes/${name}.json" ]]; then
+        card_flags+=(--failure-modes-file "model_cards/failure-modes/${name}.json")
+    fi
+    echo "== ${name}: model card" >&2
+    "${ATTSERVE[@]}" card "${REPOSITORY}/${name}" "${card_flags[@]}"
 done
 echo "bundles in ${REPOSITORY}/: $(ls "${REPOSITORY}" | tr '\n' ' ')" >&2

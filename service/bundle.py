@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -50,6 +51,36 @@ class Parity(BaseModel):
     batch_sizes: list[int] = Field(default_factory=list)
 
 
+class Calibration(BaseModel):
+    """How the service turns logits into scores: softmax(logits / temperature). The label is
+    the argmax either way; the temperature only changes how confident the scores are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    temperature: float = Field(1.0, description="fitted on in-domain dev logits (NLL); must be > 0")
+
+    @field_validator("temperature")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"must be a finite number > 0 (scores are softmax(logits / temperature)), got {value}")
+        return value
+
+
+class ModelCard(BaseModel):
+    """What the model was trained on and how it holds up (written by `attserve card`).
+    Only `calibration.temperature` changes serving; the rest is reported by /v1/models."""
+
+    model_config = ConfigDict(extra="allow")
+
+    training_data: dict[str, Any] = Field(default_factory=dict)
+    in_domain: dict[str, Any] = Field(default_factory=dict)
+    ood_dev: dict[str, Any] = Field(default_factory=dict)
+    unknown_token_share: dict[str, float] = Field(default_factory=dict)
+    calibration: Calibration = Field(default_factory=Calibration)
+    known_failure_modes: list[str] = Field(default_factory=list)
+
+
 class BundleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
@@ -75,6 +106,13 @@ class BundleConfig(BaseModel):
     torch_version: str | None = None
     model_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     tokenizer_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # Optional model card; not covered by a checksum (it is metadata, rewritten by `attserve card`).
+    card: ModelCard | None = None
+
+    @property
+    def temperature(self) -> float:
+        """Logits are divided by this before the softmax (1.0 without a card)."""
+        return self.card.calibration.temperature if self.card is not None else 1.0
 
     @model_validator(mode="after")
     def _consistent(self) -> "BundleConfig":

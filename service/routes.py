@@ -250,7 +250,8 @@ async def list_models(request: Request) -> Any:
             c = e.config
             info.update(task=c.task, architecture=c.architecture, version=c.version, description=c.description,
                         labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
-                        metrics=c.metrics, default=service.default_name(c.task) == name)
+                        metrics=c.metrics, default=service.default_name(c.task) == name,
+                        temperature=c.temperature, card=c.card.model_dump() if c.card is not None else None)
         if e.runtime is not None:
             info.update(provider=e.runtime.provider, intra_op_threads=e.runtime.threads,
                         length_buckets=e.runtime.buckets)

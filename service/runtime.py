@@ -66,9 +66,12 @@ def bucket_of(n: int, buckets: Sequence[int]) -> int:
     return buckets[-1]
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row softmax, shifted by the row max so exp never overflows."""
-    z = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row softmax of logits / temperature, shifted by the row max so exp never overflows."""
+    z = logits.astype(np.float64)
+    if temperature != 1.0:
+        z /= temperature
+    z -= z.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -88,7 +91,7 @@ class ItemOutput:
     """One item's answer, as plain Python values: the event loop only puts them in a dict."""
 
     logits: np.ndarray  # (C,)
-    probs: list[float]  # (C,) softmax of the logits
+    probs: list[float]  # (C,) softmax of logits / the bundle's temperature
     label_index: int  # argmax of the logits
     evidence_scores: list[float] | None  # (K,) for verification, this item's evidence only
 
@@ -104,6 +107,8 @@ class ModelRuntime:
         except Exception as exc:  # tokenizers raises plain Exception; TextEncoder ValueError
             raise BundleError(f"{bundle.tokenizer_path}: tokenizers cannot load it: {exc}") from None
         self.provider = session.get_providers()[0]
+        # card.calibration.temperature (> 0, checked by BundleConfig): scores = softmax(logits / T)
+        self.temperature = float(self.config.temperature)
         self.input_names = list(self.config.inputs)
         self.output_names = list(self.config.outputs)
         self.buckets = {name: length_buckets(self.config.max_lengths[name]) for name in self.input_names}
@@ -198,7 +203,7 @@ class ModelRuntime:
         the inference thread, rather than per request on the event loop."""
         outputs = self.run(self.feeds(items))
         logits = outputs[0]  # (B, C)
-        probs = softmax(logits).tolist()  # (B, C)
+        probs = softmax(logits, self.temperature).tolist()  # (B, C), one division per batch
         best = logits.argmax(axis=-1).tolist()  # (B,)
         scores = outputs[1].tolist() if len(outputs) > 1 else None  # (B, K)
         results = []

@@ -142,6 +142,9 @@ class ModelInfo(BaseModel):
     default: bool = Field(False, description="the model used for its task when a request names none")
     intra_op_threads: int | None = None
     length_buckets: dict[str, list[int]] = Field(default_factory=dict)
+    temperature: float | None = Field(None, description="scores are softmax(logits / temperature)")
+    card: dict[str, Any] | None = Field(None, description="model card: training data, in-domain and out-of-domain "
+                                        "dev figures, unknown-token shares, calibration, known failure modes")
     error: str | None = None
 
 

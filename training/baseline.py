@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from scipy import sparse
@@ -24,6 +24,9 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample
+
+if TYPE_CHECKING:
+    from training.ood import OodSet
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +96,13 @@ def run_baseline(
     max_train_examples: int | None = None,
     seed: int = 0,
     c_grid: Sequence[float] = C_GRID,
+    ood: Sequence["OodSet"] | None = None,
 ) -> dict[str, Any]:
     """Fit TF-IDF + logistic regression on train, pick C on dev; returns
     {"dev": metrics, "test": metrics, "C": chosen, "features": n, "fit_seconds": s} with the
-    same metrics dicts as `training.trainer.evaluate`."""
+    same metrics dicts as `training.trainer.evaluate`. With `ood` (training.ood sets of the
+    task) also "ood_dev": {set name: OodSet.metrics of the fitted model's log-probabilities},
+    whose "majority" field is the majority-guess baseline of each set."""
     from training.trainer import classification_metrics, subsample
 
     train = subsample(splits.train, max_train_examples, seed)
@@ -120,7 +126,7 @@ def run_baseline(
     if best is None:
         raise ValueError("c_grid is empty")
     _, c, model = best
-    return {
+    result = {
         "dev": classification_metrics(y_dev, model.predict(x_dev), splits.labels),
         "test": classification_metrics(y_test, model.predict(x_test), splits.labels),
         "C": c,
@@ -128,6 +134,16 @@ def run_baseline(
         "train_examples": len(train),
         "fit_seconds": round(time.perf_counter() - started, 2),
     }
+    if ood:
+        # columns of predict_log_proba follow model.classes_ (label indices seen in train)
+        model_labels = [splits.labels[i] for i in model.classes_]
+        result["ood_dev"] = {}
+        for dataset in ood:
+            scores = model.predict_log_proba(features.transform(dataset.examples))
+            result["ood_dev"][dataset.name] = metrics = dataset.metrics(scores, model_labels)
+            log.info("baseline ood", extra={"dataset": splits.name, "set": dataset.name, "accuracy": metrics["accuracy"],
+                                            "macro_f1": metrics["macro_f1"], "majority": metrics["majority"]})
+    return result
 
 
 __all__ = ["run_baseline", "TfidfFeatures"]

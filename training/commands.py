@@ -1,4 +1,4 @@
-"""`attserve train | evaluate | baseline` (registered by cli/main.py).
+"""`attserve train | evaluate | baseline | card` (registered by cli/main.py).
 
 Nothing heavy is imported at module level: the CLI imports this module to list its commands,
 and the serving image has no torch. Each command imports what it needs when it runs.
@@ -97,6 +97,8 @@ def baseline(
     target: Annotated[str, typer.Argument(help="A recipe TOML (its data) or a dataset name: snli, snli-verification, bbc, tweets.")],
     max_train_examples: Annotated[Optional[int], typer.Option(help="Fit on a seeded subset of train.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the metrics to this JSON file.")] = None,
+    ood: Annotated[bool, typer.Option("--ood", help="Also score the fitted model (and a majority guess) on the task's out-of-domain dev sets.")] = False,
+    ood_dir: Annotated[Optional[Path], typer.Option("--ood-dir", help="OOD dev sets (default: $ATTSERVE_OOD_DIR or ../shared/data/ood-dev).")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """TF-IDF + logistic regression on the same splits, for comparison with a network."""
@@ -116,12 +118,75 @@ def baseline(
         splits = load_splits(recipe, data_dir)
         seed = recipe.train.seed
         max_train_examples = max_train_examples or recipe.train.max_train_examples
-    result = run_baseline(splits, max_train_examples=max_train_examples, seed=seed)
+    sets = None
+    if ood:
+        from training.ood import ood_sets
+
+        sets = ood_sets(splits.task, root=ood_dir)
+    result = run_baseline(splits, max_train_examples=max_train_examples, seed=seed, ood=sets)
     _print_metrics(f"{splits.name} TF-IDF+LR (C={result['C']}): dev", result["dev"])
     _print_metrics(f"{splits.name} TF-IDF+LR (C={result['C']}): test", result["test"])
+    if "ood_dev" in result:
+        _print_ood(f"{splits.name} TF-IDF+LR (C={result['C']}): out-of-domain dev", result["ood_dev"])
     typer.echo(f"{result['features']} features, {result['train_examples']} train examples, fit {result['fit_seconds']:.1f} s")
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
-__all__ = ["train", "evaluate", "baseline"]
+def _print_ood(title: str, ood: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("set", "examples", "accuracy", "macro F1", "two-way acc.", "two-way F1", "majority"):
+        table.add_column(column, justify="left" if column == "set" else "right")
+    for name, m in ood.items():
+        two = [f"{m[k]:.4f}" if k in m else "-" for k in ("accuracy_two_way", "macro_f1_two_way")]
+        table.add_row(name, str(m["examples"]), f"{m['accuracy']:.4f}", f"{m['macro_f1']:.4f}", *two, f"{m['majority']:.4f}")
+    Console().print(table)
+
+
+def card(
+    bundle: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="Bundle directory, e.g. model_repository/snli-attconv-light.")],
+    dev_split: Annotated[str, typer.Option("--dev-split", help="In-domain split the temperature is fitted on.")] = "dev",
+    ood_dir: Annotated[Optional[Path], typer.Option("--ood-dir", help="OOD dev sets (default: $ATTSERVE_OOD_DIR or ../shared/data/ood-dev).")] = None,
+    failure_mode: Annotated[Optional[list[str]], typer.Option("--failure-mode", help="A known failure mode (repeatable); replaces the card's list.")] = None,
+    failure_modes_file: Annotated[Optional[Path], typer.Option("--failure-modes-file", exists=True, dir_okay=False, help="JSON list of known failure modes; replaces the card's list.")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Training dataset name (default: from config.json, recipes/<name>.toml or the data checksums).")] = None,
+    max_ood_examples: Annotated[Optional[int], typer.Option(help="Score a fixed-seed subset of each OOD set (smoke runs).")] = None,
+    threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads.")] = 1,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the card, do not write config.json.")] = False,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the card to this JSON file.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    data_dir: DataDir = None,
+) -> None:
+    """Model card: in-domain and out-of-domain dev figures, unknown-token shares and a fitted
+    temperature (ECE before/after), written as `card` into the bundle's config.json."""
+    from training.card import build_card, write_card
+
+    modes: Optional[list[str]] = None
+    if failure_modes_file is not None:
+        loaded = json.loads(failure_modes_file.read_text(encoding="utf-8"))
+        if not isinstance(loaded, list) or not all(isinstance(x, str) for x in loaded):
+            raise typer.BadParameter(f"{failure_modes_file}: expected a JSON list of strings")
+        modes = loaded
+    if failure_mode:
+        modes = [*(modes or []), *failure_mode]
+    result = build_card(bundle, dev_split=dev_split, ood_dir=ood_dir, failure_modes=modes, dataset=dataset,
+                        cache_dir=data_dir, max_ood_examples=max_ood_examples, threads=threads, progress=progress)
+    if result["ood_dev"]:
+        _print_ood(f"{bundle.name}: out-of-domain dev", result["ood_dev"])
+    calibration = result["calibration"]
+    typer.echo(
+        f"in-domain test accuracy {result['in_domain']['test']['accuracy']:.4f}  temperature {calibration['temperature']:.4f}  "
+        + "  ".join(f"ECE {k} {calibration['ece_before'][k]:.4f}->{calibration['ece_after'][k]:.4f}" for k in calibration["ece_before"])
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if dry_run:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(f"card written to {write_card(bundle, result)}")
+
+
+__all__ = ["train", "evaluate", "baseline", "card"]

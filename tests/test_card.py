@@ -1,0 +1,359 @@
+"""Model cards: OOD set mapping and metrics (training.ood), temperature scaling and ECE
+(training.calibration), `attserve card` on a real bundle (training.card), and the service
+applying the card's temperature and showing the card."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bundles import copy_repository, running_app
+from training.calibration import expected_calibration_error, fit_temperature, nll
+from training.examples import ClaimExample, DatasetSplits, PairExample
+from training.ood import OOD_DIR_ENV, ood_sets, selection_score
+
+ENTAILMENT = ["entailment", "neutral", "contradiction"]
+VERIFICATION = ["SUPPORTS", "REFUTES", "NOT ENOUGH INFO"]
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# --- calibration ----------------------------------------------------------------------------
+
+def _calibrated_sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Logits and labels drawn from softmax(logits): calibrated at T = 1 by construction."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=2.0, size=(n, 3))
+    probs = _softmax(logits)
+    labels = np.array([rng.choice(3, p=p) for p in probs])
+    return logits, labels
+
+
+@pytest.mark.parametrize("scale", [3.0, 0.5])
+def test_fit_temperature_recovers_the_scale_and_lowers_ece(scale):
+    logits, labels = _calibrated_sample(20000, seed=0)
+    # scale > 1: over-confident logits (T should come out ~scale > 1); scale < 1: under-confident
+    distorted = logits * scale
+    t = fit_temperature(distorted, labels)
+    assert t == pytest.approx(scale, rel=0.08)
+    assert (t > 1) == (scale > 1)
+    before = expected_calibration_error(_softmax(distorted), labels)
+    after = expected_calibration_error(_softmax(distorted / t), labels)
+    assert after < before / 2 and after < 0.02
+    assert nll(distorted, labels, t) < nll(distorted, labels, 1.0)
+    assert fit_temperature(distorted, labels) == t  # deterministic
+
+
+def test_ece_by_hand():
+    probs = np.array([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    labels = np.array([0, 1, 0, 1])
+    # 2 bins: (0, .5] empty, (.5, 1]: all four, confidence mean .775, accuracy .75
+    assert expected_calibration_error(probs, labels, bins=2) == pytest.approx(0.025)
+    # 10 bins: (.8,.9]: conf .9 acc .5 (2 of 4); (.5,.6]: .6 vs 1; (.6,.7]: .7 vs 1
+    want = 0.5 * 0.4 + 0.25 * 0.4 + 0.25 * 0.3
+    assert expected_calibration_error(probs, labels, bins=10) == pytest.approx(want)
+    assert expected_calibration_error(np.eye(3), np.arange(3)) == 0.0
+    with pytest.raises(ValueError):
+        fit_temperature(np.zeros((2, 3)), np.array([0, 3]))
+
+
+# --- OOD sets -------------------------------------------------------------------------------
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@pytest.fixture
+def ood_dir(tmp_path) -> Path:
+    root = tmp_path / "ood-dev"
+    root.mkdir()
+    _write_jsonl(root / "snli_1.0_dev.jsonl", [
+        {"premise": "p1", "hypothesis": "h1", "label": "entailment"},
+        {"premise": "p2", "hypothesis": "h2", "label": "neutral"},
+        {"premise": "p3", "hypothesis": "h3", "label": "contradiction"},
+        {"premise": "p4", "hypothesis": "h4", "label": "contradiction"},
+    ])
+    _write_jsonl(root / "rte_train_dev.jsonl", [
+        {"premise": "rp1", "hypothesis": "rh1", "label": "entailment", "tag": "train"},
+        {"premise": "rp2", "hypothesis": "rh2", "label": "not_entailment", "tag": "train"},
+        {"premise": "rp3", "hypothesis": "rh3", "label": "not_entailment", "tag": "dev"},
+    ])
+    _write_jsonl(root / "fever_symmetric_v0.2_dev.jsonl", [
+        {"id": "1", "claim": "c1", "evidence": "e1", "label": "SUPPORTS", "sentence1": "e1", "sentence2": "c1"},
+        {"id": "2", "claim": "c2", "evidence": "e2", "label": "REFUTES", "sentence1": "e2", "sentence2": "c2"},
+    ])
+    return root
+
+
+def _one_hot(indices: list[int], width: int = 3, second: list[int] | None = None) -> np.ndarray:
+    """Logits with 3.0 at `indices` and, optionally, 2.0 at `second` (the runner-up)."""
+    out = np.zeros((len(indices), width))
+    out[np.arange(len(indices)), indices] = 3.0
+    if second is not None:
+        out[np.arange(len(indices)), second] = 2.0
+    return out
+
+
+def test_entailment_mapping_and_metrics(ood_dir):
+    sets = {s.name: s for s in ood_sets("entailment", root=ood_dir)}
+    assert list(sets) == ["snli-dev", "rte", "fever-symmetric"] and all(s.task == "entailment" for s in sets.values())
+
+    snli = sets["snli-dev"]
+    assert snli.examples[0] == PairExample("p1", "h1", "entailment") and snli.labels == ENTAILMENT
+    m = snli.metrics(_one_hot([0, 1, 2, 0]), ENTAILMENT)
+    assert m["examples"] == 4 and m["accuracy"] == 0.75 and m["majority"] == 0.5
+    assert "accuracy_two_way" not in m
+
+    rte = sets["rte"]
+    assert rte.labels == ["entailment", "not_entailment"]
+    # neutral and contradiction both count as not_entailment
+    m = rte.metrics(_one_hot([0, 1, 2]), ENTAILMENT)
+    assert m["accuracy"] == 1.0 and m["macro_f1"] == 1.0 and m["majority"] == pytest.approx(2 / 3)
+    assert rte.metrics(_one_hot([1, 0, 0]), ENTAILMENT)["accuracy"] == 0.0
+
+    fever = sets["fever-symmetric"]
+    assert fever.examples[1] == PairExample("e2", "c2", "contradiction")  # premise = evidence
+    # argmax neutral is wrong; restricted to entailment vs contradiction the runner-up decides
+    m = fever.metrics(_one_hot([1, 1], second=[0, 2]), ENTAILMENT)
+    assert m["accuracy"] == 0.0 and m["accuracy_two_way"] == 1.0 and m["macro_f1_two_way"] == 1.0
+    assert m["labels"] == ["entailment", "contradiction"]
+    # model labels are looked up by name, not position, and case-insensitively
+    upper = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
+    assert fever.metrics(_one_hot([1, 0]), upper)["accuracy"] == 1.0
+
+
+def test_verification_mapping_and_metrics(ood_dir):
+    sets = {s.name: s for s in ood_sets("verification", root=ood_dir)}
+    assert list(sets) == ["fever-symmetric", "rte", "snli-dev"]
+    fever, rte, snli = sets["fever-symmetric"], sets["rte"], sets["snli-dev"]
+    assert fever.examples[0] == ClaimExample("c1", ("e1",), "SUPPORTS")
+    m = fever.metrics(_one_hot([2, 2], second=[0, 1]), VERIFICATION)
+    assert m["accuracy"] == 0.0 and m["accuracy_two_way"] == 1.0
+
+    assert rte.examples[0] == ClaimExample("rh1", ("rp1",), "SUPPORTS") and rte.labels == ["SUPPORTS", "NOT SUPPORTS"]
+    assert rte.metrics(_one_hot([0, 1, 2]), VERIFICATION)["accuracy"] == 1.0
+
+    assert [e.label for e in snli.examples] == ["SUPPORTS", "NOT ENOUGH INFO", "REFUTES", "REFUTES"]
+    assert snli.examples[1].claim == "h2" and snli.examples[1].evidence == ("p2",)
+    assert snli.metrics(_one_hot([0, 2, 1, 0]), VERIFICATION)["accuracy"] == 0.75
+    with pytest.raises(ValueError):
+        snli.metrics(_one_hot([0, 1]), VERIFICATION)  # wrong row count
+
+
+def test_missing_folder_classification_subsets_and_selection(ood_dir, tmp_path, monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING, logger="training.ood"):
+        assert ood_sets("entailment", root=tmp_path / "nowhere") == []
+    assert any(r.message == "ood sets unavailable" for r in caplog.records)
+    assert ood_sets("classification", root=ood_dir) == []
+    monkeypatch.setenv(OOD_DIR_ENV, str(ood_dir))
+    assert [len(s) for s in ood_sets("entailment")] == [4, 3, 2]
+    first = [s.examples for s in ood_sets("entailment", max_examples=2)]
+    assert [len(x) for x in first] == [2, 2, 2] and first == [s.examples for s in ood_sets("entailment", max_examples=2)]
+
+    assert selection_score(0.8, {}) == 0.8
+    assert selection_score(0.8, {"a": {"accuracy": 0.4}, "b": {"accuracy": 0.6}}) == pytest.approx(0.65)
+
+
+def test_confidence_of_a_collapsed_label_is_its_total_probability(ood_dir):
+    rte = {s.name: s for s in ood_sets("entailment", root=ood_dir)}["rte"]
+    probs = np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8]])
+    predicted, confidence = rte.confidences(probs, ENTAILMENT)
+    assert predicted.tolist() == [0, 1, 1]
+    assert confidence == pytest.approx([0.5, 0.8, 0.9])
+
+
+# --- attserve card on a real bundle ---------------------------------------------------------
+
+def _onnx_logits(bundle: Path, examples: list[PairExample]) -> np.ndarray:
+    """The graph run one example at a time, unpadded (independent of card's batching)."""
+    import onnxruntime as ort
+
+    from service.tokenization import TextEncoder
+
+    config = json.loads((bundle / "config.json").read_text())
+    encoder = TextEncoder.from_file(bundle / "tokenizer.json")
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    rows = []
+    for e in examples:
+        feeds = {name: np.array([encoder.encode([text], config["max_lengths"][name]).ids[0]], dtype=np.int64)
+                 for name, text in zip(config["inputs"], (e.premise, e.hypothesis))}
+        rows.append(session.run(None, feeds)[0][0])
+    return np.array(rows)
+
+
+def _pairs(n: int, seed: int, words: list[str]) -> list[PairExample]:
+    rng = np.random.default_rng(seed)
+    return [PairExample(" ".join(rng.choice(words, size=rng.integers(3, 12))),
+                        " ".join(rng.choice(words, size=rng.integers(2, 8))), ENTAILMENT[i % 3]) for i in range(n)]
+
+
+def test_card_on_a_bundle_writes_config_the_service_loads(service_bundles, tmp_path):
+    from bundles import CORPUS
+    from service.bundle import load_bundle
+    from training.card import build_card, write_card
+
+    bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
+    before = json.loads((bundle / "config.json").read_text())
+    known = sorted({w for line in CORPUS for w in line.split() if w.isalpha()})
+    dev, test = _pairs(300, 1, known), _pairs(200, 2, known)
+    splits = DatasetSplits("toy-nli", "entailment", list(ENTAILMENT), train=dev[:10], dev=dev, test=test,
+                           description="toy pairs")
+    ood_root = tmp_path / "ood"
+    ood_root.mkdir()
+    unknown_words = ["zyzzyva", "quixotic", "xylograph"]  # not in the test tokenizer's vocabulary
+    _write_jsonl(ood_root / "snli_1.0_dev.jsonl", [{"premise": " ".join(known[:5]), "hypothesis": " ".join(known[5:8]), "label": "neutral"}] * 3)
+    _write_jsonl(ood_root / "rte_train_dev.jsonl", [{"premise": " ".join(unknown_words), "hypothesis": "quixotic", "label": "entailment"}] * 2)
+    _write_jsonl(ood_root / "fever_symmetric_v0.2_dev.jsonl", [
+        {"claim": "paris is in france", "evidence": "paris is the capital of france zyzzyva", "label": "SUPPORTS"},
+        {"claim": "berlin is the capital", "evidence": "berlin is the capital of germany", "label": "REFUTES"},
+    ])
+
+    card = build_card(bundle, ood_dir=ood_root, failure_modes=["reads sarcasm literally"], splits=splits, progress=False)
+
+    # in-domain figures are those of the graph itself, batched or not
+    want = _onnx_logits(bundle, test)
+    gold = np.array([ENTAILMENT.index(e.label) for e in test])
+    assert card["in_domain"]["test"]["accuracy"] == pytest.approx(float((want.argmax(1) == gold).mean()))
+    assert card["training_data"] == {"dataset": "toy-nli", "train_examples": 10, "description": "toy pairs"}
+    assert set(card["ood_dev"]) == {"snli-dev", "rte", "fever-symmetric"}
+    assert card["ood_dev"]["rte"]["examples"] == 2 and "accuracy_two_way" in card["ood_dev"]["fever-symmetric"]
+    shares = card["unknown_token_share"]
+    assert shares["in_domain_test"] == 0.0 and shares["snli-dev"] == 0.0 and shares["rte"] == 1.0
+    # fever: 1 unknown among (4 + 7) + (4 + 6) tokens
+    assert shares["fever-symmetric"] == pytest.approx(1 / 21)
+    calibration = card["calibration"]
+    dev_logits = _onnx_logits(bundle, dev)
+    dev_gold = np.array([ENTAILMENT.index(e.label) for e in dev])
+    assert calibration["temperature"] == pytest.approx(fit_temperature(dev_logits, dev_gold), rel=1e-3)
+    assert set(calibration["ece_before"]) == set(calibration["ece_after"]) == {"in_domain_dev", "in_domain_test", "snli-dev", "rte", "fever-symmetric"}
+    assert calibration["ece_after"]["in_domain_dev"] <= calibration["ece_before"]["in_domain_dev"] + 1e-9
+    assert card["known_failure_modes"] == ["reads sarcasm literally"]
+
+    write_card(bundle, card)
+    after = json.loads((bundle / "config.json").read_text())
+    assert {k: v for k, v in after.items() if k != "card"} == {k: v for k, v in before.items() if k != "card"}
+    assert after["card"] == card
+    assert load_bundle(bundle).config.temperature == calibration["temperature"]
+    # failure_modes None keeps the existing list
+    again = build_card(bundle, ood_dir=tmp_path / "no-ood", splits=splits, progress=False)
+    assert again["known_failure_modes"] == ["reads sarcasm literally"] and again["ood_dev"] == {}
+
+
+# --- the service ----------------------------------------------------------------------------
+
+def _set_card(bundle: Path, card: dict) -> None:
+    config = json.loads((bundle / "config.json").read_text())
+    config["card"] = card
+    (bundle / "config.json").write_text(json.dumps(config))
+
+
+def test_service_applies_the_temperature_and_shows_the_card(service_bundles, tmp_path):
+    import onnxruntime as ort
+
+    from service.settings import Settings
+    from service.tokenization import TextEncoder
+
+    repo = copy_repository(service_bundles, tmp_path / "repo", ["nli", "fever"])
+    temperature = 2.5
+    card = {"training_data": {"dataset": "toy"}, "ood_dev": {"rte": {"accuracy": 0.5}},
+            "calibration": {"temperature": temperature, "fitted_on": "in-domain dev"},
+            "known_failure_modes": ["ignores negation"]}
+    _set_card(repo / "nli", card)
+
+    bundle = repo / "nli"
+    config = json.loads((bundle / "config.json").read_text())
+    encoder = TextEncoder.from_file(bundle / "tokenizer.json")
+    pair = {"premise": "two dogs run across the snowy field .", "hypothesis": "the children are sleeping ."}
+    feeds = {name: np.array([encoder.encode([pair[field]], 64).ids[0]], dtype=np.int64)
+             for name, field in zip(config["inputs"], ("premise", "hypothesis"))}
+    logits = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0].astype(np.float64)
+    want = _softmax(logits / temperature)[0]
+    raw = _softmax(logits)[0]
+    assert not np.allclose(want, raw, atol=1e-4)  # the temperature makes a visible difference
+
+    async def scenario():
+        settings = Settings(model_repository=repo, max_batch_delay_ms=1)
+        async with running_app(settings) as (app, client):
+            answer = (await client.post("/entailment", json=pair)).json()
+            assert list(answer["scores"].values()) == pytest.approx(want.tolist(), abs=1e-5)
+            assert answer["label"] == config["labels"][int(np.argmax(logits))]
+            batch = (await client.post("/entailment", json={"inputs": [pair, {"premise": "a b c d e f g h i", "hypothesis": "x"}]})).json()
+            assert list(batch["results"][0]["scores"].values()) == pytest.approx(want.tolist(), abs=1e-5)
+
+            models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
+            shown = models["nli"]["card"]
+            assert models["nli"]["temperature"] == temperature
+            assert shown["calibration"]["temperature"] == temperature and shown["calibration"]["fitted_on"] == "in-domain dev"
+            assert shown["ood_dev"] == {"rte": {"accuracy": 0.5}} and shown["known_failure_modes"] == ["ignores negation"]
+            assert models["fever"]["card"] is None and models["fever"]["temperature"] == 1.0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("temperature", [0, -1.5, "nan"])
+def test_non_positive_temperature_is_refused_at_load(service_bundles, tmp_path, temperature):
+    from service.bundle import BundleError, load_bundle
+    from service.settings import Settings
+
+    repo = copy_repository(service_bundles, tmp_path / "repo", ["nli", "topic"])
+    value = float(temperature)
+    config = json.loads((repo / "nli" / "config.json").read_text())
+    config["card"] = {"calibration": {"temperature": value}}
+    (repo / "nli" / "config.json").write_text(json.dumps(config))  # NaN written as the JSON token NaN
+    with pytest.raises(BundleError, match=r"(?s)config\.json.*card\.calibration\.temperature.*must be a finite number > 0"):
+        load_bundle(repo / "nli")
+
+    async def scenario():
+        async with running_app(Settings(model_repository=repo, max_batch_delay_ms=1)) as (app, client):
+            models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
+            assert models["nli"]["status"] == "failed" and "temperature" in models["nli"]["error"]
+            assert models["topic"]["status"] == "ready"
+
+    asyncio.run(scenario())
+
+
+# --- baseline on the OOD sets ---------------------------------------------------------------
+
+def test_tfidf_baseline_scores_the_ood_sets(tmp_path):
+    """A keyword task (the hypothesis word decides the label) learnt in domain carries over to
+    OOD sets that use the same keywords, through each set's label mapping."""
+    import random
+
+    from training.baseline import run_baseline
+
+    rng = random.Random(0)
+    keyword = {"entailment": "certainly", "neutral": "perhaps", "contradiction": "never"}
+    filler = ["red", "car", "dog", "tree", "house", "river", "child", "ball", "street", "music"]
+
+    def pair(label: str) -> PairExample:
+        return PairExample(" ".join(rng.sample(filler, 5)), f"{' '.join(rng.sample(filler, 2))} {keyword[label]}", label)
+
+    parts = [[pair(ENTAILMENT[i % 3]) for i in range(n)] for n in (300, 60, 60)]
+    splits = DatasetSplits("keywords", "entailment", list(ENTAILMENT), *parts)
+    root = tmp_path / "ood"
+    root.mkdir()
+    _write_jsonl(root / "snli_1.0_dev.jsonl", [{"premise": "a b", "hypothesis": f"dog {keyword[x]}", "label": x} for x in ENTAILMENT * 2])
+    _write_jsonl(root / "rte_train_dev.jsonl", [
+        {"premise": "tree house", "hypothesis": "river certainly", "label": "entailment"},
+        {"premise": "tree house", "hypothesis": "river perhaps", "label": "not_entailment"},
+        {"premise": "tree house", "hypothesis": "river never", "label": "not_entailment"},
+    ])
+    _write_jsonl(root / "fever_symmetric_v0.2_dev.jsonl", [
+        {"claim": "the ball certainly", "evidence": "street music", "label": "SUPPORTS"},
+        {"claim": "the ball never", "evidence": "street music", "label": "REFUTES"},
+    ])
+    result = run_baseline(splits, ood=ood_sets("entailment", root=root))
+    ood = result["ood_dev"]
+    assert set(ood) == {"snli-dev", "rte", "fever-symmetric"}
+    assert ood["snli-dev"]["accuracy"] == 1.0 and ood["rte"]["accuracy"] == 1.0
+    assert ood["fever-symmetric"]["accuracy"] == 1.0 and ood["fever-symmetric"]["accuracy_two_way"] == 1.0
+    assert ood["rte"]["majority"] == pytest.approx(2 / 3) and ood["snli-dev"]["majority"] == pytest.approx(1 / 3)
+    assert "ood_dev" not in run_baseline(splits)

@@ -1,0 +1,271 @@
+"""Model cards: what a bundle was trained on and how it holds up, written into config.json.
+
+`build_card` runs the bundle's own ONNX graph (onnxruntime, CPU) on the in-domain dev and test
+splits and on the out-of-domain dev sets of its task (`training.ood`), through the project's
+one encoding path (`training.batching.encode_examples` with the bundle's tokenizer and max
+lengths), and reports:
+
+- in-domain and OOD accuracy / macro F1 (OOD metrics as `OodSet.metrics`);
+- the share of (non-pad) token ids that are unknown ids ([UNK], plus [OOVn] hash buckets
+  when the tokenizer has them), i.e. how much of each set the model cannot read;
+- a temperature fitted on in-domain dev logits (NLL), with the ECE (15 bins) before and after
+  it on every set; the service divides logits by it before the softmax;
+- known failure modes (free text, given by the caller).
+
+`write_card` stores it as `card` in config.json, keeping every other key; no checksum covers
+config.json (only model.onnx and tokenizer.json are hashed), and the result is validated by
+`service.bundle` before it replaces the file. No torch is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pydantic_core
+from tqdm.auto import tqdm
+
+from service.bundle import CONFIG_FILE, BundleConfig, load_bundle, read_config
+from service.tokenization import PAD_ID, UNK_TOKEN, TextEncoder
+from training.batching import encode_examples, label_ids
+from training.calibration import calibrated_probs, ece_from_confidence, expected_calibration_error, fit_temperature
+from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample
+from training.ood import OodSet, ood_sets
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE = 256
+ECE_BINS = 15
+REPO_ROOT = Path(__file__).resolve().parents[1]
+OOV_TOKEN = re.compile(r"^\[OOV\d+\]$")
+
+
+# --- what the bundle was trained on ---------------------------------------------------------
+
+def resolve_dataset(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Path = REPO_ROOT / "recipes") -> str:
+    """The bundle's training dataset name: config.json's recipe/data section when it has one,
+    else the recipe of the same name in recipes/, else inferred from its task and data
+    checksums (snli -> snli / snli-verification, bbc, tweets)."""
+    for section in (raw.get("recipe", {}).get("data") if isinstance(raw.get("recipe"), dict) else None, raw.get("data")):
+        if isinstance(section, dict) and section.get("dataset"):
+            return str(section["dataset"])
+    for name in (raw.get("name"), bundle_dir.name):
+        recipe = recipes_dir / f"{name}.toml"
+        if name and recipe.is_file():
+            dataset = tomllib.loads(recipe.read_text(encoding="utf-8")).get("data", {}).get("dataset")
+            if dataset:
+                return str(dataset)
+    sources = {key.split("/", 1)[0] for key in raw.get("data_checksums", {})}
+    if sources == {"snli"}:
+        return "snli-verification" if raw.get("task") == "verification" else "snli"
+    if len(sources) == 1 and sources <= {"bbc", "tweets"}:
+        return sources.pop()
+    raise ValueError(f"{bundle_dir}: cannot tell the training dataset (no recipe/data section, no recipes/{bundle_dir.name}.toml); pass --dataset")
+
+
+# --- running the graph ----------------------------------------------------------------------
+
+def unknown_ids(encoder: TextEncoder) -> list[int]:
+    """Ids that stand for words the vocabulary does not know: the encoder's own
+    `unknown_ids()` when it has one, else [UNK] plus any [OOVn] hash-bucket tokens."""
+    own = getattr(encoder, "unknown_ids", None)
+    if own is not None:
+        ids = own() if callable(own) else own
+        return sorted({int(i) for i in ids})
+    vocab = encoder.tokenizer.get_vocab(with_added_tokens=True)
+    ids = {vocab[UNK_TOKEN]} | {i for token, i in vocab.items() if OOV_TOKEN.match(token)}
+    return sorted(ids)
+
+
+def _cost(example: Example) -> int:
+    if isinstance(example, TextExample):
+        return len(example.text)
+    if isinstance(example, PairExample):
+        return len(example.premise) + len(example.hypothesis)
+    if isinstance(example, ClaimExample):
+        return len(example.claim) + len(example.evidence) * max((len(s) for s in example.evidence), default=0)
+    raise TypeError(f"not an example: {type(example).__name__}")
+
+
+@dataclass
+class Scored:
+    logits: np.ndarray  # (N, C), in example order
+    tokens: int  # non-pad ids fed to the graph
+    unknown: int  # of which unknown ids
+
+    @property
+    def unknown_share(self) -> float:
+        return self.unknown / self.tokens if self.tokens else 0.0
+
+
+def open_session(model_path: str | Path, threads: int = 1):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
+def score_examples(
+    session: Any,
+    encoder: TextEncoder,
+    config: BundleConfig,
+    examples: Sequence[Example],
+    batch_size: int = BATCH_SIZE,
+    desc: str | None = None,
+    progress: bool = True,
+) -> Scored:
+    """Logits of the bundle's graph for `examples` (batched by length), and unknown-id counts."""
+    unknown = np.array(unknown_ids(encoder), dtype=np.int64)
+    order = np.argsort([_cost(e) for e in examples], kind="stable")
+    logits: np.ndarray | None = None
+    tokens = unknowns = 0
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        indices = order[start : start + batch_size]
+        ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence)
+        for arr in ids:
+            real = arr[arr != PAD_ID]
+            tokens += int(real.size)
+            unknowns += int(np.isin(real, unknown).sum())
+        out = session.run([config.outputs[0]], dict(zip(config.inputs, ids)))[0]
+        if logits is None:
+            logits = np.empty((len(examples), out.shape[1]), dtype=np.float32)
+        logits[indices] = out
+    if logits is None:
+        logits = np.empty((0, len(config.labels)), dtype=np.float32)
+    return Scored(logits, tokens, unknowns)
+
+
+# --- the card -------------------------------------------------------------------------------
+
+def _in_domain_metrics(logits: np.ndarray, gold: np.ndarray, labels: Sequence[str]) -> dict[str, Any]:
+    from sklearn.metrics import f1_score
+
+    predicted = logits.argmax(axis=1)
+    return {
+        "examples": int(len(gold)),
+        "accuracy": float((predicted == gold).mean()),
+        "macro_f1": float(f1_score(gold, predicted, labels=list(range(len(labels))), average="macro", zero_division=0)),
+    }
+
+
+def _ood_ece(ood: OodSet, logits: np.ndarray, labels: Sequence[str], temperature: float) -> float:
+    predicted, confidence = ood.confidences(calibrated_probs(logits, temperature), labels)
+    return ece_from_confidence(confidence, predicted == ood.gold(), ECE_BINS)
+
+
+def build_card(
+    bundle_dir: str | Path,
+    dev_split: str = "dev",
+    ood_dir: str | Path | None = None,
+    failure_modes: Sequence[str] | None = None,
+    dataset: str | None = None,
+    cache_dir: str | Path | None = None,
+    max_ood_examples: int | None = None,
+    threads: int = 1,
+    progress: bool = True,
+    splits: DatasetSplits | None = None,
+) -> dict[str, Any]:
+    """The `card` object for the bundle at `bundle_dir` (see the module docstring). The
+    temperature is fitted on the in-domain `dev_split`; `failure_modes` None keeps the
+    bundle's existing list. `splits` (already loaded data) skips the dataset lookup."""
+    started = time.perf_counter()
+    bundle_dir = Path(bundle_dir)
+    bundle = load_bundle(bundle_dir)
+    config = bundle.config
+    raw = json.loads((bundle_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    if splits is None:
+        from training.datasets import load_dataset
+
+        dataset = dataset or resolve_dataset(raw, bundle_dir)
+        splits = load_dataset(dataset, cache_dir=cache_dir)
+    dataset = splits.name
+    if splits.task != config.task or list(splits.labels) != list(config.labels):
+        raise ValueError(f"{bundle_dir}: dataset {dataset!r} ({splits.task}, {splits.labels}) does not match the bundle ({config.task}, {config.labels})")
+    if dev_split not in ("train", "dev", "test"):
+        raise ValueError(f"--dev-split must be train, dev or test, not {dev_split!r}")
+    encoder = TextEncoder.from_file(bundle.tokenizer_path)
+    session = open_session(bundle.model_path, threads)
+    labels = list(config.labels)
+
+    def run(examples: Sequence[Example], what: str) -> Scored:
+        t0 = time.perf_counter()
+        scored = score_examples(session, encoder, config, examples, desc=f"{config.name}: {what}", progress=progress)
+        log.info("scored", extra={"bundle_name": config.name, "set": what, "examples": len(examples),
+                                  "seconds": round(time.perf_counter() - t0, 1), "unknown_share": round(scored.unknown_share, 5)})
+        return scored
+
+    parts = {"dev": getattr(splits, dev_split), "test": splits.test}
+    scored = {part: run(examples, f"in-domain {name}") for (part, examples), name in zip(parts.items(), (dev_split, "test"))}
+    gold = {part: label_ids(examples, labels) for part, examples in parts.items()}
+    temperature = fit_temperature(scored["dev"].logits, gold["dev"])
+
+    in_domain = {part: _in_domain_metrics(scored[part].logits, gold[part], labels) for part in parts}
+    unknown_share = {"in_domain_test": scored["test"].unknown_share}
+    ece_before = {"in_domain_dev": expected_calibration_error(calibrated_probs(scored["dev"].logits), gold["dev"], ECE_BINS),
+                  "in_domain_test": expected_calibration_error(calibrated_probs(scored["test"].logits), gold["test"], ECE_BINS)}
+    ece_after = {"in_domain_dev": expected_calibration_error(calibrated_probs(scored["dev"].logits, temperature), gold["dev"], ECE_BINS),
+                 "in_domain_test": expected_calibration_error(calibrated_probs(scored["test"].logits, temperature), gold["test"], ECE_BINS)}
+    ood_metrics: dict[str, Any] = {}
+    for ood in ood_sets(config.task, root=ood_dir, max_examples=max_ood_examples):
+        result = run(ood.examples, f"ood {ood.name}")
+        ood_metrics[ood.name] = ood.metrics(result.logits, labels)
+        unknown_share[ood.name] = result.unknown_share
+        ece_before[ood.name] = _ood_ece(ood, result.logits, labels, 1.0)
+        ece_after[ood.name] = _ood_ece(ood, result.logits, labels, temperature)
+
+    if failure_modes is None:
+        failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
+    card = {
+        "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description},
+        "in_domain": {"dev": in_domain["dev"], "test": in_domain["test"]},
+        "ood_dev": ood_metrics,
+        "unknown_token_share": unknown_share,
+        "calibration": {
+            "temperature": temperature,
+            "ece_before": ece_before,
+            "ece_after": ece_after,
+            "bins": ECE_BINS,
+            "fitted_on": "in-domain dev" if dev_split == "dev" else f"in-domain {dev_split}",
+        },
+        "known_failure_modes": list(failure_modes),
+    }
+    log.info("card built", extra={"bundle_name": config.name, "dataset": splits.name, "temperature": round(temperature, 4),
+                                  "test_accuracy": round(in_domain["test"]["accuracy"], 4),
+                                  "ood_accuracy": {k: round(v["accuracy"], 4) for k, v in ood_metrics.items()},
+                                  "seconds": round(time.perf_counter() - started, 1)})
+    return card
+
+
+def write_card(bundle_dir: str | Path, card: dict[str, Any]) -> Path:
+    """Set `card` in the bundle's config.json, keeping every other key and their order; the
+    new file is validated as a BundleConfig and renamed into place atomically."""
+    path = Path(bundle_dir) / CONFIG_FILE
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["card"] = card
+    # pydantic's JSON writer, as export/bundle.py writes config.json (same number formatting)
+    text = pydantic_core.to_json(raw, indent=2).decode("utf-8") + "\n"
+    staging = path.with_name(f".{CONFIG_FILE}.partial")
+    staging.write_text(text, encoding="utf-8")
+    try:
+        read_config(staging)  # raises BundleError on an invalid card
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+    load_bundle(bundle_dir)
+    log.info("card written", extra={"config": str(path)})
+    return path
+
+
+__all__ = ["build_card", "write_card", "resolve_dataset", "score_examples", "unknown_ids"]
