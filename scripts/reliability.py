@@ -789,6 +789,191 @@ def run_soak(repository: Path, minutes: float = 10.0, load: float = 0.5, capacit
     return result
 
 
+# --- R7 expensive bodies (issue 16) ------------------------------------------------------------
+
+WORST_NFKC_CHARACTER = "\ufdfa"  # one character, 18 after NFKC
+
+
+def expansion_bodies(max_body_bytes: int, max_text_chars: int, max_request_chars: int) -> dict[str, str]:
+    """Maximum-size bodies of the worst-case character: one text as long as the body allows,
+    and a batch of texts each just under the per-text limit after NFKC (so only the request's
+    budget stops it); plus the largest plain-ASCII batch that is accepted (the costliest body
+    that gets a 200: as many characters as the request budget allows)."""
+    room = max_body_bytes - 64
+    per_text = max(1, (max_text_chars - 1) // 18)  # 18 characters after NFKC each
+    one = {"text": WORST_NFKC_CHARACTER * (room // 3)}
+    item = json.dumps({"text": WORST_NFKC_CHARACTER * per_text}, ensure_ascii=False)
+    count = max(1, min(64, room // (len(item.encode()) + 2)))
+    batch = '{"inputs": [' + ", ".join([item] * count) + "]}"
+    text = ("the market fell " * (max_text_chars // 16))[: max_text_chars // 2]
+    plain_count = max(1, min(64, room // (len(text) + 16), max_request_chars // len(text)))
+    plain = {"inputs": [{"text": text}] * plain_count}
+    return {"one_text": json.dumps(one, ensure_ascii=False), "batch_under_text_limit": batch,
+            "accepted_plain_batch": json.dumps(plain)}
+
+
+def run_expansion(repository: Path, concurrent: int = 6, rounds: int = 3, model: str | None = None,
+                  max_rss_growth_mb: float = 300.0, work: Path = Path("runs/reliability")) -> dict:
+    """`concurrent` maximum-size worst-case bodies at once, `rounds` times per body kind:
+    every one answered 422 or 200 within its deadline, RSS within +max_rss_growth_mb of idle."""
+    from service.settings import Settings
+
+    defaults = Settings()
+    models = repository_models(repository, [model] if model else None)
+    classify = next(m for m in models if m.task == "classification")
+    bodies = expansion_bodies(defaults.max_body_bytes, defaults.max_text_chars, defaults.max_request_chars)
+    deadline_s = defaults.request_timeout_ms / 1000.0
+    server = ServiceProcess(repository, work / "expansion.log", models=classify.name)
+    with server.start():
+        time.sleep(1.0)
+        idle = server.rss_bytes()
+
+        async def go() -> tuple[dict, list[tuple[float, int]]]:
+            outcomes: dict[str, list[Outcome]] = {}
+            with RssSampler(server, 0.05) as sampler:
+                async with _client(server.base, concurrent, timeout_s=deadline_s * 2) as client:
+                    for kind, body in bodies.items():
+                        for _ in range(rounds):
+                            got = await asyncio.gather(*(post(client, "/classify", body.replace(
+                                '"inputs"', f'"model": "{classify.name}", "inputs"', 1) if "inputs" in body else
+                                body[:-1] + f', "model": "{classify.name}"}}') for _ in range(concurrent)))
+                            outcomes.setdefault(kind, []).extend(got)
+            return outcomes, sampler.samples
+
+        outcomes, samples = run_async(go())
+    peak = max(b for _, b in samples)
+    per_kind = {kind: {"statuses": status_counts(o), "bytes": len(bodies[kind].encode()),
+                       "latency_ms": percentiles(x.seconds for x in o)} for kind, o in outcomes.items()}
+    every = [o for os_ in outcomes.values() for o in os_]
+    growth_mb = (peak - idle) / 2**20
+    return {
+        "scenario": "expansion", "model": classify.name, "concurrent": concurrent, "rounds": rounds,
+        "idle_rss_mb": round(idle / 2**20, 1), "peak_rss_mb": round(peak / 2**20, 1),
+        "rss_growth_mb": round(growth_mb, 1), "per_kind": per_kind, "rss_samples": samples,
+        "passed": (all(o.status in (200, 422) for o in every) and all(o.seconds < deadline_s for o in every)
+                   and growth_mb <= max_rss_growth_mb),
+    }
+
+
+# --- R8 slow and idle clients (issue 16) -------------------------------------------------------
+
+def _hold_idle(port: int, count: int, hold_s: float, queue: Any) -> None:
+    """Child process: open `count` connections that send nothing; report when each closed."""
+    async def main() -> dict:
+        opened, failed, closed = 0, 0, []
+
+        async def one() -> None:
+            nonlocal opened, failed
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                failed += 1
+                return
+            opened += 1
+            start = time.monotonic()
+            try:
+                await asyncio.wait_for(reader.read(), timeout=hold_s)  # b"" or a 408 then EOF
+                closed.append(time.monotonic() - start)
+            except asyncio.TimeoutError:  # before OSError: TimeoutError is one
+                pass
+            except OSError:  # reset by the server: closed too
+                closed.append(time.monotonic() - start)
+            writer.close()
+
+        await asyncio.gather(*(one() for _ in range(count)))
+        return {"opened": opened, "failed": failed, "closed_after_s": closed}
+
+    queue.put(run_async(main()))
+
+
+def _slowloris(port: int, count: int, hold_s: float) -> list[float | None]:
+    """`count` connections sending one header byte per second, never finishing; seconds until
+    the server closed each (None: still open after hold_s)."""
+    async def main() -> list[float | None]:
+        async def one() -> float | None:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return None
+            start = time.monotonic()
+            writer.write(b"POST /classify HTTP/1.1\r\nhost: x\r\n")
+            try:
+                while time.monotonic() - start < hold_s:
+                    writer.write(b"x")
+                    await writer.drain()
+                    try:
+                        if await asyncio.wait_for(reader.read(65536), timeout=1.0) is not None:
+                            return time.monotonic() - start
+                    except asyncio.TimeoutError:
+                        continue
+            except OSError:
+                return time.monotonic() - start
+            finally:
+                writer.close()
+            return None
+        return await asyncio.gather(*(one() for _ in range(count)))
+    return run_async(main())
+
+
+def run_slow_clients(repository: Path, idle: int = 20_000, slowloris: int = 200, header_timeout_s: float = 10.0,
+                     seconds: float = 20.0, processes: int = 4, model: str | None = None,
+                     work: Path = Path("runs/reliability")) -> dict:
+    """`idle` connections that send nothing (from `processes` child processes, so the clients'
+    own descriptor limit is not what caps them) plus `slowloris` trickling connections, while
+    one client sends normal requests: normal p99 < 100 ms, idle and slowloris connections
+    closed within the header timeout (+1 s)."""
+    import multiprocessing
+
+    models = repository_models(repository, [model] if model else None)
+    classify = next(m for m in models if m.task == "classification")
+    server = ServiceProcess(repository, work / "slow-clients.log", models=classify.name,
+                            header_timeout_s=header_timeout_s)
+    hold_s = header_timeout_s + 5
+    with server.start():
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        holders = [ctx.Process(target=_hold_idle, args=(server.port, idle // processes, hold_s, queue))
+                   for _ in range(processes)]
+        for h in holders:
+            h.start()
+        import threading
+        loris: list = []
+        loris_thread = threading.Thread(target=lambda: loris.extend(_slowloris(server.port, slowloris, hold_s)))
+        loris_thread.start()
+
+        async def normal() -> list[Outcome]:
+            out = []
+            stop = time.monotonic() + seconds
+            async with _client(server.base, 1, timeout_s=10) as client:
+                while time.monotonic() < stop:
+                    out.append(await post(client, "/classify", {"text": "shares fell after the report",
+                                                               "model": classify.name}))
+                    await asyncio.sleep(0.01)
+            return out
+
+        outcomes = run_async(normal())
+        held = [queue.get(timeout=hold_s + 60) for _ in holders]
+        for h in holders:
+            h.join()
+        loris_thread.join()
+        stats = scrape(server.base)
+    closed = [c for h in held for c in h["closed_after_s"]]
+    opened = sum(h["opened"] for h in held)
+    latency = percentiles(o.seconds for o in outcomes)
+    limit = header_timeout_s + 1.0
+    return {
+        "scenario": "slow-clients", "idle_requested": idle, "idle_opened": opened,
+        "idle_failed_to_open": sum(h["failed"] for h in held),
+        "idle_closed": len(closed), "idle_closed_after_ms": percentiles(closed),
+        "slowloris": slowloris, "slowloris_closed_after_ms": percentiles(x for x in loris if x is not None),
+        "slowloris_still_open": sum(x is None for x in loris),
+        "normal_requests": len(outcomes), "normal_statuses": status_counts(outcomes), "normal_latency_ms": latency,
+        "passed": (all(o.status == 200 for o in outcomes) and (latency["p99"] or 1e9) < 100
+                   and len(closed) == opened and all(c <= limit for c in closed)
+                   and all(x is not None and x <= limit for x in loris)),
+    }
+
+
 # --- CLI ------------------------------------------------------------------------------------
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -832,6 +1017,19 @@ def shutdown(repository: Path = RepositoryOption, load: float = 5.0, concurrency
 def soak(repository: Path = RepositoryOption, minutes: float = 10.0, load: float = 0.5, out: Path | None = None) -> None:
     """R6: minutes at a fraction of capacity; zero errors, RSS growth from minute 2 < 5%."""
     _finish(run_soak(repository, minutes, load, progress=True), out, "soak")
+
+
+@cli.command()
+def expansion(repository: Path = RepositoryOption, concurrent: int = 6, rounds: int = 3, out: Path | None = None) -> None:
+    """R7: concurrent maximum-size bodies of U+FDFA (NFKC x18): 422/200 in time, RSS +300 MB at most."""
+    _finish(run_expansion(repository, concurrent, rounds), out, "expansion")
+
+
+@cli.command("slow-clients")
+def slow_clients(repository: Path = RepositoryOption, idle: int = 20_000, slowloris: int = 200,
+                 header_timeout: float = 10.0, duration: float = 20.0, out: Path | None = None) -> None:
+    """R8: idle connections + slowloris; normal requests p99 < 100 ms, all closed at the header timeout."""
+    _finish(run_slow_clients(repository, idle, slowloris, header_timeout, duration), out, "slow-clients")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -35,8 +36,32 @@ from service.settings import Settings
 log = logging.getLogger("service.app")
 
 # Paths of the inference endpoints -> the `endpoint` metric label.
+CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 ENDPOINTS = {"/classify": "classify", "/entailment": "entailment", "/verify": "verify"}
 TASK_OF_ENDPOINT = {"classify": "classification", "entailment": "entailment", "verify": "verification"}
+
+
+# --- what error messages may show ------------------------------------------------------------
+
+EXCERPT_CHARS = 40
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s'\":,;()\[\]]+/)*([^\s'\":,;()\[\]/]+)")
+
+
+def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
+    """A short, escaped quote of user input for an error message: repr() of at most `limit`
+    characters (control and invisible characters come out as escapes), and the full length
+    when cut."""
+    if len(value) <= limit:
+        return ascii(value)
+    return f"{ascii(value[:limit])}... ({len(value)} characters)"
+
+
+def public_message(message: str, repository: Path) -> str:
+    """A load error as clients may see it: paths inside the repository relative to it, any
+    other absolute path cut to its file name."""
+    for root in {str(repository.resolve()), str(repository)}:
+        message = message.replace(root.rstrip("/") + "/", "")
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1), message)
 
 
 # --- model registry -------------------------------------------------------------------------
@@ -53,7 +78,8 @@ class ModelEntry:
     path: Path
     config: BundleConfig | None = None
     status: str = "loading"  # loading | ready | failed
-    error: str | None = None
+    error: str | None = None  # as logged (full paths)
+    public_error: str | None = None  # as /v1/models shows it (paths relative to the repository)
     runtime: ModelRuntime | None = None
     batcher: Batcher | None = None
 
@@ -73,6 +99,8 @@ class Service:
         self.loaded = False
         self.draining = False
         self._drain_started: float | None = None
+        # body reads in progress (their asyncio.Timeout): a drain ends them at once
+        self.body_reads: set[asyncio.Timeout] = set()
 
     # --- discovery and loading ----------------------------------------------------------
 
@@ -112,6 +140,7 @@ class Service:
 
     def _fail(self, entry: ModelEntry, message: str) -> None:
         entry.status, entry.error = "failed", message
+        entry.public_error = public_message(message, Path(self.settings.model_repository))
         self.models[entry.name] = entry
         log.error("model failed to load", extra={"model": entry.name, "error": message})
 
@@ -180,7 +209,7 @@ class Service:
         entry = self.models.get(name)
         if entry is None:
             known = sorted(n for n, e in self.models.items() if e.task == task)
-            raise UnknownModel(f"unknown model {name!r}; {task} models: {known}")
+            raise UnknownModel(f"unknown model {excerpt(name)}; {task} models: {known}")
         if entry.task is not None and entry.task != task:
             raise WrongTask(f"model {name!r} does {entry.task}, not {task}")
         if entry.status != "ready":
@@ -195,6 +224,10 @@ class Service:
         if not self.draining:
             self.draining = True
             self._drain_started = time.monotonic()
+            if self.body_reads:  # requests still reading their body: 503 now
+                now = asyncio.get_running_loop().time()
+                for reading in list(self.body_reads):
+                    reading.reschedule(now)
             log.info("draining", extra={"timeout_s": self.settings.shutdown_timeout_s})
 
     async def shutdown(self) -> None:
@@ -221,8 +254,18 @@ class RequestMetricsMiddleware:
             return
         start = time.perf_counter()
         state = scope.setdefault("state", {})
-        state["attserve_arrival"] = asyncio.get_running_loop().time()  # the request deadline's start
-        status = 500
+        # The request deadline's start: the request's first byte, stamped by service.http's
+        # protocol; now, under a server without it (tests' ASGI transport).
+        state.setdefault("attserve_arrival", asyncio.get_running_loop().time())
+        status: int | None = None
+        disconnected = False
+
+        async def receive_watched() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected = True
+            return message
 
         async def send_timed(message: Message) -> None:
             nonlocal status
@@ -234,8 +277,11 @@ class RequestMetricsMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_timed)
+            await self.app(scope, receive_watched, send_timed)
         finally:
+            if status is None:
+                # no answer sent: the client left (nginx's 499), else the app failed (500)
+                status = CLIENT_CLOSED if disconnected else 500
             model = state.get("attserve_model", "")
             self.metrics.requests.labels(endpoint=endpoint, model=model, status=str(status)).inc()
             self.metrics.request_duration.labels(endpoint=endpoint, model=model).observe(time.perf_counter() - start)
@@ -243,10 +289,15 @@ class RequestMetricsMiddleware:
 
 class BodyLimitMiddleware:
     """413 for a body over `max_bytes`, by its Content-Length or, for a chunked body, by the
-    bytes actually streamed. The (small) body is read here and replayed to the app."""
+    bytes actually streamed. The (small) body is read here and replayed to the app.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    The whole body must arrive within `body_timeout_s` of the headers and before the request
+    deadline (else 408 / 504, and the connection is closed: its unread rest would be taken for
+    the next request); a drain that begins while it is read answers 503 at once instead of
+    waiting for a stalled client."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, service: "Service | None" = None) -> None:
+        self.app, self.max_bytes, self.service = app, max_bytes, service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
@@ -262,10 +313,44 @@ class BodyLimitMiddleware:
                     await self._reject(scope, receive, send)
                     return
         chunks, size = [], 0
+        loop = asyncio.get_running_loop()
+        settings = self.service.settings if self.service is not None else None
+        if settings is None:
+            reading = None
+        else:
+            arrival = scope.get("state", {}).get("attserve_arrival", loop.time())
+            deadline = arrival + settings.request_timeout_ms / 1000.0
+            # one timer for the whole body (asyncio.timeout: a loop.call_at, no extra task per
+            # message); a drain moves it to now (Service.begin_drain)
+            reading = asyncio.timeout_at(min(loop.time() + settings.body_timeout_s, deadline))
         while True:
-            message = await receive()
+            if reading is None:
+                message = await receive()
+            else:
+                try:
+                    self.service.body_reads.add(reading)
+                    async with reading:
+                        if self.service.draining:
+                            reading.reschedule(loop.time())
+                        message = await receive()
+                except TimeoutError:
+                    if self.service.draining:
+                        await self._error(scope, receive, send, 503, "shutting_down",
+                                          "the server is shutting down", {"Retry-After": "1"})
+                    elif loop.time() >= deadline:
+                        await self._error(scope, receive, send, 504, "deadline_exceeded",
+                                          f"no answer within {settings.request_timeout_ms:.0f} ms (body still arriving)")
+                    else:
+                        await self._error(scope, receive, send, 408, "request_timeout",
+                                          f"request body not received within {settings.body_timeout_s:g} s")
+                    return
+                finally:
+                    self.service.body_reads.discard(reading)
+                if message.get("more_body", False):
+                    # an asyncio.Timeout is single-use: the next message gets a fresh one, same deadline
+                    reading = asyncio.timeout_at(reading.when())
             if message["type"] != "http.request":
-                return  # client gone before the body arrived
+                return  # client gone before the body arrived (counted as 499)
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
@@ -284,6 +369,13 @@ class BodyLimitMiddleware:
             return await receive()  # after the body: wait for http.disconnect
 
         await self.app(scope, replay, send)
+
+    async def _error(self, scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
+                     headers: dict[str, str] | None = None) -> None:
+        # connection: close, because the rest of the body may still come and must not be read
+        # as the next request
+        response = error_response(status, code, message, {**(headers or {}), "Connection": "close"})
+        await response(scope, receive, send)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(413, "body_too_large", f"request body over {self.max_bytes} bytes")
@@ -316,11 +408,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Entailment, claim verification and text classification with attentive-convolution networks.",
         lifespan=lifespan,
+        # Swagger UI and ReDoc load their scripts from a CDN: blank pages on an air-gapped host,
+        # and third-party code on our origin. The images set ATTSERVE_DOCS=false.
+        docs_url="/docs" if settings.docs else None,
+        redoc_url="/redoc" if settings.docs else None,
     )
     app.state.service = service
     install_error_handlers(app)
     app.include_router(router)
     # Outermost first: metrics also see the 413s of the body limit.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, service=service)
     app.add_middleware(RequestMetricsMiddleware, metrics=service.metrics)
     return app

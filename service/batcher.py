@@ -121,7 +121,9 @@ class Batcher:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=max(0.0, timeout_s))
             except asyncio.TimeoutError:
-                log.error("drain timed out", extra={"model": self.name, "queued": self._state.count})
+                if self._state.count:
+                    # only a drain that leaves work undone is an error worth a page
+                    log.error("drain timed out", extra={"model": self.name, "queued": self._state.count})
                 self._task.cancel()
         for queue in self._state.buckets.values():
             while queue:

@@ -34,6 +34,7 @@ def serve(
     from pydantic import ValidationError
 
     from service.app import create_app
+    from service.http import guarded_protocol
     from service.logs import configure_logging
     from service.runtime import DeviceUnavailable
     from service.settings import Settings
@@ -62,6 +63,13 @@ def serve(
         access_log=settings.access_log,
         timeout_graceful_shutdown=settings.shutdown_timeout_s,
         lifespan="on",
+        # header timeout, header size limit and connection cap: service.http
+        http=guarded_protocol(settings),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        # a burst of connections beyond the accept queue is dropped by the kernel after the
+        # handshake (the client believes it is connected, the server never sees it); the
+        # kernel caps this at net.core.somaxconn
+        backlog=max(2048, settings.max_connections),
     )
     server = DrainingServer(config, app.state.service)
     server.run()

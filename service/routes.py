@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from service.app import ModelEntry, Service
 from service.batcher import Done
 from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
+from service.tokenization import TextTooLong, check_text
 from service.schemas import (
     BatchPredictions,
     ClassifyBody,
@@ -108,6 +109,33 @@ def _texts(x: Any, task: str) -> list[str]:
     return [getattr(x, field) for field in _FIELDS[task]]
 
 
+def _check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:
+    """422 before tokenizing for a text over the length limits (before or after NFKC) or with
+    no visible character; the budget of normalized characters is shared by the request."""
+    budget = max_request_chars
+    for i, x in enumerate(inputs):
+        prefix = f"inputs[{i}]." if batch else ""
+        named = [(f, getattr(x, f)) for f in _FIELDS[task] if f != "evidence"]
+        if task == "verification":
+            named += [(f"evidence[{k}]", t) for k, t in enumerate(x.evidence)]
+        for field, text in named:
+            where = prefix + field
+            if len(text) > max_text_chars:
+                raise InvalidInput(f"{where}: {len(text)} characters; at most {max_text_chars}")
+            try:
+                check = check_text(text, min(max_text_chars, budget))
+            except TextTooLong as exc:
+                if exc.limit < max_text_chars:
+                    raise InvalidInput(f"{where}: the request's texts come to more than {max_request_chars} "
+                                       "characters after Unicode (NFKC) normalization") from None
+                raise InvalidInput(f"{where}: more than {max_text_chars} characters after Unicode (NFKC) "
+                                   "normalization") from None
+            if not check.visible:
+                raise InvalidInput(f"{where}: no visible character after Unicode (NFKC) normalization "
+                                   "(only whitespace, control or zero-width characters)")
+            budget -= check.normalized_length
+
+
 def _encode(entry: ModelEntry, inputs: Sequence[Any]) -> tuple[list[list], list[bool]]:
     """Token ids per input (per graph input) and whether each input lost tokens."""
     runtime = entry.runtime
@@ -163,6 +191,7 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
     # shed before tokenizing: a rejected request should cost as little as possible
     entry.batcher.check_room(len(inputs))
     texts = [t for x in inputs for t in _texts(x, task)]
+    _check_texts(inputs, task, batch, settings.max_text_chars, settings.max_request_chars)
     if len(texts) >= OFFLOAD_TOKENIZATION_TEXTS or sum(map(len, texts)) >= OFFLOAD_TOKENIZATION_CHARS:
         ids, truncated = await asyncio.to_thread(_encode, entry, inputs)
     else:
@@ -245,7 +274,7 @@ async def list_models(request: Request) -> Any:
     service = _service(request)
     out = []
     for name, e in sorted(service.models.items()):
-        info: dict[str, Any] = {"name": name, "status": e.status, "error": e.error}
+        info: dict[str, Any] = {"name": name, "status": e.status, "error": e.public_error}
         if e.config is not None:
             c = e.config
             info.update(task=c.task, architecture=c.architecture, version=c.version, description=c.description,

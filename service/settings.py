@@ -60,6 +60,31 @@ class Settings(BaseSettings):
     # Request limits
     max_inputs_per_request: int = Field(64, ge=1)
     max_body_bytes: int = Field(1 << 20, ge=1)
+    # NFKC can turn one character into 18 (U+FDFA), and the tokenizer's time and memory follow
+    # the normalized length: a text longer than this, before or after NFKC, is 422; so is a
+    # request whose texts come to more than max_request_chars after NFKC. Checked in bounded
+    # chunks before tokenizing (service.tokenization.check_text).
+    max_text_chars: int = Field(100_000, ge=1)
+    # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request tokenizes in ~0.2 s and
+    # six at once stay well within +300 MB (scripts/reliability.py expansion)
+    max_request_chars: int = Field(1 << 18, ge=1)
+
+    # HTTP connection limits (service.http: uvicorn has no header-read timeout and, with
+    # httptools, no header size limit).
+    max_header_bytes: int = Field(16_384, ge=1024)
+    # request line + headers must arrive within this from the first byte (or from the
+    # connection's opening for its first request: a connection that sends nothing is closed)
+    header_timeout_s: float = Field(10.0, gt=0)
+    # the whole body must arrive within this from the end of the headers (408), and within the
+    # request deadline (504)
+    body_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_timeout_s: float = Field(5.0, gt=0)
+    # open connections; beyond it the oldest connection waiting for a request is closed to make
+    # room, and without one the new connection gets 503 at once. Capped by the process's
+    # file-descriptor limit (less a reserve for model files and sockets).
+    max_connections: int = Field(4096, ge=1)
+    # /docs and /redoc (Swagger UI and ReDoc load their scripts from a CDN); the images turn them off
+    docs: bool = True
 
     shutdown_timeout_s: float = Field(30.0, ge=0)
     log_level: str = "INFO"

@@ -7,6 +7,7 @@ numpy + tokenizers only (the serving image has no torch).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 import zlib
 from dataclasses import dataclass
@@ -102,6 +103,49 @@ class TextEncoder:
 
     def tokens(self, text: str) -> list[str]:
         return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+
+# --- a check before tokenizing ---------------------------------------------------------------
+# Not part of the encoding: the service calls it to refuse texts before they cost anything.
+
+# Characters that show nothing: controls (NUL...), format (zero-width space/joiners, BOM,
+# bidi marks), surrogates, separators, and combining marks, which have no base alone.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
+# Normalize this many characters at a time: at most 18x that (U+FDFA) is ever held at once.
+CHECK_CHUNK_CHARS = 4096
+_VISIBLE_ASCII = re.compile(r"[!-~]")
+
+
+class TextTooLong(ValueError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"text over {limit} characters after NFKC")
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class TextCheck:
+    normalized_length: int
+    visible: bool
+
+
+def check_text(text: str, max_normalized_chars: int) -> TextCheck:
+    """The NFKC length of `text` and whether any character of it is visible, computed in
+    chunks of CHECK_CHUNK_CHARS so the work stops (TextTooLong) right after the limit, however
+    much a character expands. The length is exact up to combining sequences cut at a chunk
+    edge (a character or two per chunk): a limit check, not the tokenizer's normalization."""
+    if text.isascii():  # NFKC leaves ASCII as is
+        if len(text) > max_normalized_chars:
+            raise TextTooLong(max_normalized_chars)
+        return TextCheck(len(text), _VISIBLE_ASCII.search(text) is not None)
+    length, visible = 0, False
+    for start in range(0, len(text), CHECK_CHUNK_CHARS):
+        chunk = unicodedata.normalize("NFKC", text[start : start + CHECK_CHUNK_CHARS])
+        length += len(chunk)
+        if length > max_normalized_chars:
+            raise TextTooLong(max_normalized_chars)
+        if not visible:
+            visible = any(unicodedata.category(c) not in INVISIBLE_CATEGORIES for c in chunk)
+    return TextCheck(length, visible)
 
 
 def _oov_range(tokenizer: Tokenizer) -> tuple[int, int]:

@@ -70,16 +70,17 @@ def tool(name: str) -> str:
 def compose_env() -> dict[str, str]:
     """The caller's environment without ATTSERVE_*/port overrides, so `config` shows the file's
     own values whatever the developer has exported."""
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("ATTSERVE_", "COMPOSE_", "PROMETHEUS_", "GRAFANA_"))}
-    return keep
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("ATTSERVE_", "COMPOSE_", "PROMETHEUS_", "GRAFANA_", "BIND_ADDRESS"))}
+    return {**keep, "GRAFANA_ADMIN_PASSWORD": "test-only-password"}
 
 
-def compose_config(compose_file: Path, *profiles: str) -> subprocess.CompletedProcess:
+def compose_config(compose_file: Path, *profiles: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     args = [compose_binary(), "--project-directory", str(REPO), "-f", str(compose_file)]
     for profile in profiles:
         args += ["--profile", profile]
     return subprocess.run(args + ["config", "--format", "json"], capture_output=True, text=True, timeout=60,
-                          cwd=REPO, env=compose_env())
+                          cwd=REPO, env=compose_env() if env is None else env)
 
 
 def resolved_compose(*profiles: str) -> dict:
@@ -93,18 +94,15 @@ def resolved_compose(*profiles: str) -> dict:
 def test_compose_file_is_valid_and_wires_the_stack():
     config = resolved_compose()
     services = config["services"]
-    assert set(services) == {"api", "prometheus", "grafana"}, "the gpu service must stay behind its profile"
+    assert set(services) == {"api", "proxy", "prometheus", "grafana"}, "the gpu service must stay behind its profile"
 
     api = services["api"]
     assert api["build"]["dockerfile"] == "docker/Dockerfile"
     assert Path(api["build"]["context"]) == REPO
     assert api["restart"] == "unless-stopped"
     assert any("/health/ready" in part for part in api["healthcheck"]["test"])
-    # Scaling: a single fixed host port would make `--scale api=3` fail on the 2nd replica.
-    for port in api.get("ports", []):
-        assert port["target"] == 8000
-        published = str(port.get("published", ""))
-        assert published == "" or "-" in published, f"api publishes the fixed host port {published}"
+    # Replicas publish nothing (scaling needs no host ports); clients go through the proxy.
+    assert not api.get("ports"), api.get("ports")
     # The drain must finish before compose sends SIGKILL.
     grace = api["stop_grace_period"]
     assert float(api["environment"]["ATTSERVE_SHUTDOWN_TIMEOUT_S"]) < _seconds(grace)
@@ -122,15 +120,73 @@ def test_compose_file_is_valid_and_wires_the_stack():
     assert dashboards_dir == DASHBOARD.parent
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert dashboards_dir / Path(home).relative_to("/var/lib/grafana/dashboards") == DASHBOARD
-    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
-    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "test-only-password"
     for mounted in mounts.values():
         assert mounted.exists(), f"{mounted} is mounted but missing"
 
 
+def test_compose_stack_is_locked_down():
+    """Issue 16: localhost-only ports unless opted in, read-only containers without
+    capabilities or privilege gain, memory limits, and the proxy in front of the replicas."""
+    services = resolved_compose("gpu")["services"]
+    for name, service in services.items():
+        assert service.get("read_only") is True, name
+        assert service.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        assert service.get("mem_limit"), name
+        for port in service.get("ports", []):
+            assert port["host_ip"] == "127.0.0.1", (name, port)
+    published = {name for name, service in services.items() if service.get("ports")}
+    assert published == {"proxy", "prometheus", "grafana"}
+    proxy = services["proxy"]
+    assert proxy["depends_on"]["api"]["condition"] == "service_healthy"
+    assert _bind_sources(proxy)["/etc/nginx/nginx.conf"] == REPO / "docker" / "nginx" / "nginx.conf"
+    conf = (REPO / "docker" / "nginx" / "nginx.conf").read_text()
+    for directive in ("server api:8000 resolve", "client_header_timeout", "client_body_timeout",
+                      "client_max_body_size 1m", "limit_conn per_client", "limit_conn_status 429",
+                      "proxy_read_timeout", "large_client_header_buffers"):
+        assert directive in conf, directive
+    opted_in = compose_config(COMPOSE_FILE, env={**compose_env(), "BIND_ADDRESS": "0.0.0.0"})
+    assert opted_in.returncode == 0, opted_in.stderr
+    ports = json.loads(opted_in.stdout)["services"]["proxy"]["ports"]
+    assert ports[0]["host_ip"] == "0.0.0.0"
+
+
+def test_compose_refuses_to_start_without_a_grafana_password():
+    env = {k: v for k, v in compose_env().items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    result = compose_config(COMPOSE_FILE, env=env)
+    assert result.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in result.stderr
+
+
+@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-gpu.lock"])
+def test_images_install_dependencies_from_a_hashed_lock(lock):
+    """Every pinned requirement of the lock carries a sha256, and the Dockerfile installs from it
+    with --require-hashes; the GPU lock pins an onnxruntime-gpu that ORT_GPU_SPEC admits."""
+    from packaging.specifiers import SpecifierSet
+
+    text = (REPO / "docker" / lock).read_text()
+    requirement_lines = [line for line in text.splitlines() if line[:1].isalnum()]
+    pinned = re.findall(r"^([A-Za-z0-9][\w.\-]*)==([^\s\\]+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", text, re.M)
+    assert requirement_lines and len(pinned) == len(requirement_lines), "a requirement without == or hashes"
+    pins = {name: version for name, version, _ in pinned}
+    assert {"fastapi", "uvicorn", "tokenizers", "numpy", "setuptools"} <= set(pins)
+    dockerfile = "Dockerfile" if lock == "requirements.lock" else "Dockerfile.gpu"
+    source = (REPO / "docker" / dockerfile).read_text()
+    assert f"--require-hashes -r docker/{lock}" in source
+    assert "--no-deps --no-build-isolation ." in source
+    if lock == "requirements-gpu.lock":
+        assert "onnxruntime" not in pins
+        args = dict(a.split("=", 1) for k, a in dockerfile_instructions(REPO / "docker" / dockerfile)
+                    if k == "ARG" and "=" in a)
+        assert pins["onnxruntime-gpu"] in SpecifierSet(args["ORT_GPU_SPEC"].strip('"').removeprefix("onnxruntime-gpu"))
+    else:
+        assert "onnxruntime" in pins
+
+
 def test_compose_gpu_profile_reserves_a_gpu():
     services = resolved_compose("gpu")["services"]
-    assert set(services) == {"api", "api-gpu", "prometheus", "grafana"}
+    assert set(services) == {"api", "api-gpu", "proxy", "prometheus", "grafana"}
     gpu = services["api-gpu"]
     assert gpu["build"]["dockerfile"] == "docker/Dockerfile.gpu"
     assert gpu["environment"]["ATTSERVE_DEVICE"] == "cuda"

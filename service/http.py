@@ -1,0 +1,207 @@
+"""HTTP connection limits uvicorn lacks: a header-read timeout, a header size limit (with
+httptools; h11 has one, httptools none) and a connection cap that makes room instead of
+refusing everyone.
+
+uvicorn 0.54 offers `timeout_keep_alive` (idle between requests, used as is) and
+`limit_concurrency` (a text/plain 503 once N connections are open: with 20,000 idle
+connections every real client would get it). It has no timeout for a client that opens a
+connection and sends nothing or trickles its headers (slowloris), and httptools buffers any
+header size. So this is a subclass of uvicorn's own httptools protocol, written by hand
+(no maintained library adds these to uvicorn), that:
+
+- closes a connection whose request line + headers do not arrive within `header_timeout_s`
+  (from the connection's opening for its first request, from the request's first byte
+  after that; between requests uvicorn's keep-alive timeout applies), with a JSON 408;
+- answers 431 (JSON) and closes once the headers pass `max_header_bytes`;
+- at `max_connections` open connections closes the oldest one that waits for a request,
+  and answers 503 (JSON) only when every connection has a request in progress;
+- stamps `scope["state"]["attserve_arrival"]` with the loop time of the request's first byte,
+  where the request deadline starts (the body read counts against it).
+
+The body-read timeout lives in the app (service.app.BodyLimitMiddleware): there the answer is
+an ordinary JSON response the metrics count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.settings import Settings
+
+log = logging.getLogger("service.http")
+
+# file descriptors kept for model files, the listening socket, logs, threads' pipes
+FD_RESERVE = 128
+
+
+class _Rejected(Exception):
+    """Raised from a parser callback to stop parsing a connection already answered."""
+
+
+def effective_max_connections(settings: Settings) -> int:
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover
+        return settings.max_connections
+    if soft == resource.RLIM_INFINITY:
+        return settings.max_connections
+    return max(1, min(settings.max_connections, soft - FD_RESERVE))
+
+
+def _json_response(status: int, reason: str, code: str, message: str) -> bytes:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+
+
+def guarded_protocol(settings: Settings) -> type[HttpToolsProtocol]:
+    """The protocol class for uvicorn.Config(http=...), bound to these settings."""
+    max_connections = effective_max_connections(settings)
+    header_timeout_s = settings.header_timeout_s
+    max_header_bytes = settings.max_header_bytes
+    # connections waiting for a request (new, between requests, or reading headers), oldest
+    # first: the ones a new connection may push out when the cap is reached
+    waiting: dict["GuardedHttpToolsProtocol", None] = {}
+    counters = {"evicted_idle": 0, "refused": 0, "header_timeouts": 0, "headers_too_large": 0}
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        limits = {"max_connections": max_connections, "header_timeout_s": header_timeout_s,
+                  "max_header_bytes": max_header_bytes}
+        stats = counters
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._rejected = False
+            self._header_timer = None
+            self._arrival: float | None = None
+            if len(self.connections) > max_connections and not self._make_room():
+                counters["refused"] += 1
+                self._reject(503, "Service Unavailable", "too_many_connections",
+                             f"the server has {max_connections} connections open; retry later")
+                return
+            self._await_request()
+
+        def _make_room(self) -> bool:
+            for victim in waiting:
+                if victim is not self:
+                    counters["evicted_idle"] += 1
+                    victim._close_waiting()
+                    return True
+            return False
+
+        def _close_waiting(self) -> None:
+            waiting.pop(self, None)
+            self._cancel_header_timer()
+            self._rejected = True
+            self.transport.close()
+
+        def _await_request(self, timed: bool = True) -> None:
+            """The connection waits for a request: timed from now (a new connection), or
+            untimed between requests, where uvicorn's keep-alive timeout runs until the next
+            request's first byte starts the header timer."""
+            waiting[self] = None
+            self._header_bytes = 0
+            self._cancel_header_timer()
+            if timed:
+                self._header_timer = self.loop.call_later(header_timeout_s, self._header_timeout)
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            if self._rejected or self.transport.is_closing():
+                return
+            counters["header_timeouts"] += 1
+            self._reject(408, "Request Timeout", "request_timeout",
+                         f"request headers not received within {header_timeout_s:g} s")
+
+        def _reject(self, status: int, reason: str, code: str, message: str) -> None:
+            self._rejected = True
+            waiting.pop(self, None)
+            self._cancel_header_timer()
+            if not self.transport.is_closing():
+                self.transport.write(_json_response(status, reason, code, message))
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            waiting.pop(self, None)
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._rejected:
+                return
+            if self in waiting:
+                self._header_bytes += len(data)
+            # uvicorn's data_received, except that a parser error we caused ourselves (a
+            # _Rejected raised from a callback, which httptools wraps) is not logged as the
+            # client's invalid request
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+                return
+            except httptools.HttpParserError:
+                if not self._rejected:
+                    self.logger.warning("Invalid HTTP request received.")
+                    self.send_400_response("Invalid HTTP request received.")
+                return
+            if self._rejected:
+                return
+            if self in waiting and self._header_bytes > max_header_bytes:
+                self._too_large()
+
+        def _too_large(self) -> None:
+            counters["headers_too_large"] += 1
+            self._reject(431, "Request Header Fields Too Large", "headers_too_large",
+                         f"request line and headers over {max_header_bytes} bytes")
+
+        def send_400_response(self, msg: str) -> None:
+            if self._rejected:  # our own _Rejected, surfacing as a parser error
+                return
+            self._reject(400, "Bad Request", "bad_request", "invalid HTTP request")
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arrival = self.loop.time()
+            if self not in waiting:  # pipelined right behind the previous request
+                self._await_request()
+            elif self._header_timer is None:  # first byte after a keep-alive pause
+                self._header_timer = self.loop.call_later(header_timeout_s, self._header_timeout)
+
+        def on_headers_complete(self) -> None:
+            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+            if size > max_header_bytes:
+                self._too_large()
+                raise _Rejected
+            waiting.pop(self, None)
+            self._cancel_header_timer()
+            self.scope["state"]["attserve_arrival"] = self._arrival
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self._rejected and not self.transport.is_closing() and not self.pipeline:
+                self._await_request(timed=False)
+
+        def timeout_keep_alive_handler(self) -> None:
+            waiting.pop(self, None)
+            self._cancel_header_timer()
+            super().timeout_keep_alive_handler()
+
+    return GuardedHttpToolsProtocol
+
+

@@ -1,0 +1,371 @@
+"""Issue 16: slow and oversized clients, expensive bodies, honest errors and metrics.
+
+In-process (ASGI) for what the app decides: text limits before tokenizing (NFKC expansion),
+invisible text, excerpts of user input, no server paths, 499 for a client that leaves, the body
+timeout and deadline during the body read, drain with a stalled client, /docs off.
+Against a real `python -m service` for what the HTTP protocol layer (service.http) decides:
+header size limit, header timeout (idle and slowloris), the connection cap, a short body,
+SIGTERM with a stalled client. The full-size runs are `scripts/reliability.py expansion` and
+`slow-clients` (short forms below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bundles import copy_repository, metric_samples, running_app
+from service.app import create_app
+from service.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import reliability  # noqa: E402
+
+# without the fixes several of these would wait forever (a stalled body, an idle connection)
+pytestmark = pytest.mark.timeout(60)
+
+
+def settings(repo, **over) -> Settings:
+    return Settings(model_repository=repo, **over)
+
+
+def error_of(r: httpx.Response, status: int, code: str) -> str:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code
+    return body["error"]["message"]
+
+
+# --- 1. NFKC expansion ------------------------------------------------------------------------
+
+def test_check_text_stops_right_after_the_limit_however_much_a_character_expands():
+    from service.tokenization import TextTooLong, check_text
+
+    assert check_text("abc", 3).normalized_length == 3
+    assert check_text("\ufdfa", 18).normalized_length == 18  # one character, 18 after NFKC
+    with pytest.raises(TextTooLong):
+        check_text("\ufdfa" * 1000, 17_999)
+    started = time.perf_counter()
+    with pytest.raises(TextTooLong):
+        check_text("\ufdfa" * 300_000, 100_000)  # 5.4 M characters after NFKC if done in full
+    assert time.perf_counter() - started < 0.05
+
+
+def test_expanding_text_is_refused_before_tokenizing(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            # 10,000 characters, 180,000 after NFKC: over the per-text limit
+            r = await client.post("/classify", json={"text": "\ufdfa" * 10_000})
+            assert "after Unicode (NFKC) normalization" in error_of(r, 422, "invalid_input")
+            r = await client.post("/classify", json={"text": "a" * 100_001})
+            assert "100001 characters" in error_of(r, 422, "invalid_input")
+            # each text within its limit, together over the request's budget of 256 Ki characters
+            inputs = [{"text": "\ufdfa" * 5_000}] * 20  # 90,000 each after NFKC
+            r = await client.post("/classify", json={"inputs": inputs})
+            message = error_of(r, 422, "invalid_input")
+            assert message.startswith("inputs[2].text") and "request's texts" in message
+            r = await client.post("/classify", json={"inputs": inputs[:2]})  # 180,000: accepted
+            assert r.status_code == 200, r.text
+            r = await client.post("/verify", json={"claim": "a dog runs", "evidence": ["ok", "\ufdfa" * 6000]})
+            assert error_of(r, 422, "invalid_input").startswith("evidence[1]")
+    asyncio.run(scenario())
+
+
+# --- 7. invisible text ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["\x00\x00\x00", "\u200b\u200c\u200d", "\ufeff\u2060", "\x00\u200b \t",
+                                  "\u0301\u0301", "\u3000\u200e"])
+def test_text_with_no_visible_character_is_invalid(service_bundles, text):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            r = await client.post("/classify", json={"text": text})
+            assert "no visible character" in error_of(r, 422, "invalid_input")
+            r = await client.post("/entailment", json={"inputs": [{"premise": "a man sleeps", "hypothesis": "ok"},
+                                                                   {"premise": "a man", "hypothesis": text}]})
+            assert error_of(r, 422, "invalid_input").startswith("inputs[1].hypothesis")
+            r = await client.post("/classify", json={"text": "ok" + text})  # one visible character is enough
+            assert r.status_code == 200, r.text
+    asyncio.run(scenario())
+
+
+# --- 8. no echo of user input in full, no server paths ---------------------------------------
+
+def test_unknown_model_name_is_quoted_short_and_escaped(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            r = await client.post("/classify", json={"text": "hello", "model": "\x1b[31m" + "m" * 1_000_000})
+            message = error_of(r, 422, "unknown_model")
+            assert len(message) < 300 and "(1000005 characters)" in message
+            assert "\x1b" not in message and "\\x1b[31m" in message
+            assert "sentiment" in message  # still says which models exist
+    asyncio.run(scenario())
+
+
+def test_failed_bundle_is_listed_without_server_paths(service_bundles, tmp_path):
+    repo = copy_repository(service_bundles, tmp_path / "private" / "repository")
+    model = repo / "nli" / "model.onnx"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    model.write_bytes(bytes(data))
+    (repo / "fever" / "tokenizer.json").unlink()
+
+    async def scenario():
+        async with running_app(settings(repo)) as (app, client):
+            models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
+            return models, app.state.service.models
+    models, entries = asyncio.run(scenario())
+    assert models["nli"]["status"] == models["fever"]["status"] == "failed"
+    assert "nli/model.onnx" in models["nli"]["error"] and "sha256" in models["nli"]["error"]
+    assert "fever/tokenizer.json" in models["fever"]["error"]
+    for name in ("nli", "fever"):
+        assert str(tmp_path) not in models[name]["error"] and "private" not in models[name]["error"]
+        assert str(repo) in entries[name].error  # the log keeps the full path for the operator
+
+
+# --- 5. a client that leaves mid-body is 499, not 500 ----------------------------------------
+
+def test_client_leaving_mid_body_is_counted_499(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            messages = [{"type": "http.request", "body": b'{"text": "hel', "more_body": True},
+                        {"type": "http.disconnect"}]
+            sent = []
+
+            async def receive():
+                return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+            async def send(message):
+                sent.append(message)
+
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                     "scheme": "http", "path": "/classify", "raw_path": b"/classify", "query_string": b"",
+                     "root_path": "", "headers": [(b"content-type", b"application/json"),
+                                                  (b"content-length", b"100")],
+                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+            await app(scope, receive, send)
+            assert sent == []  # nobody to answer
+            counts = metric_samples((await client.get("/metrics")).text, "attserve_requests_total")
+            return counts
+    counts = asyncio.run(scenario())
+    statuses = {dict(k)["status"]: v for k, v in counts.items() if dict(k)["endpoint"] == "classify"}
+    assert statuses == {"499": 1.0}
+
+
+# --- 3/4/6. body timeout, deadline over the body read, drain with a stalled client ------------
+
+async def _post_stalled(app, body_start: bytes, declared: int):
+    """A POST /classify whose body stops after `body_start`; returns (status, body, seconds)."""
+    sent = []
+    first = [{"type": "http.request", "body": body_start, "more_body": True}]
+    stalled = asyncio.Event()
+
+    async def receive():
+        if first:
+            return first.pop()
+        await stalled.wait()  # never set: the client stalls
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/classify", "raw_path": b"/classify", "query_string": b"",
+             "root_path": "", "headers": [(b"content-type", b"application/json"),
+                                          (b"content-length", str(declared).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
+    started = time.perf_counter()
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    headers = dict(next(m["headers"] for m in sent if m["type"] == "http.response.start"))
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert headers[b"content-type"] == b"application/json" and headers[b"connection"] == b"close"
+    return status, json.loads(body), time.perf_counter() - started
+
+
+def test_short_body_gets_408_within_the_body_timeout(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, body_timeout_s=0.3)) as (app, client):
+            return await _post_stalled(app, b'{"text": "hel', 100)
+    status, body, seconds = asyncio.run(scenario())
+    assert status == 408 and body["error"]["code"] == "request_timeout"
+    assert 0.25 < seconds < 1.0
+
+
+def test_deadline_covers_the_body_read(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, request_timeout_ms=300, body_timeout_s=10)) as (app, _):
+            return await _post_stalled(app, b'{"text": "hel', 100)
+    status, body, seconds = asyncio.run(scenario())
+    assert status == 504 and body["error"]["code"] == "deadline_exceeded"
+    assert 0.25 < seconds < 0.6
+
+
+def test_drain_answers_a_stalled_body_at_once_with_json_503(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, body_timeout_s=30)) as (app, _):
+            request = asyncio.create_task(_post_stalled(app, b'{"text": "hel', 100))
+            await asyncio.sleep(0.2)
+            app.state.service.begin_drain()
+            return await asyncio.wait_for(request, 2)
+    status, body, seconds = asyncio.run(scenario())
+    assert status == 503 and body["error"]["code"] == "shutting_down"
+    assert seconds < 1.0
+
+
+# --- 9. /docs off -----------------------------------------------------------------------------
+
+def test_docs_can_be_turned_off(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, docs=False)) as (app, client):
+            return [(await client.get(p)).status_code for p in ("/docs", "/redoc", "/openapi.json")]
+    assert asyncio.run(scenario()) == [404, 404, 200]
+
+
+def test_images_turn_docs_off():
+    for dockerfile in ("docker/Dockerfile", "docker/Dockerfile.gpu"):
+        assert "ATTSERVE_DOCS=false" in (REPO / dockerfile).read_text(), dockerfile
+
+
+# --- 2/3/6 against the real server ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def guarded_server(service_bundles, tmp_path_factory):
+    log = tmp_path_factory.mktemp("guarded") / "service.log"
+    server = reliability.ServiceProcess(service_bundles, log, header_timeout_s=0.5, body_timeout_s=0.5,
+                                        keep_alive_timeout_s=0.5, max_header_bytes=4096, max_connections=30)
+    with server.start():
+        yield server
+
+
+def read_until_closed(sock: socket.socket, timeout_s: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and when it closed (s)."""
+    sock.settimeout(timeout_s)
+    started, data = time.monotonic(), b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except socket.timeout:
+        raise AssertionError(f"connection still open after {timeout_s} s; got {data[:200]!r}") from None
+    except ConnectionResetError:
+        pass
+    return data, time.monotonic() - started
+
+
+def json_error(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), head
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_oversized_headers_get_431_and_the_server_keeps_serving(guarded_server):
+    with socket.create_connection(("127.0.0.1", guarded_server.port)) as sock:
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n")
+        raw, _ = read_until_closed(sock, 3)
+    status, body = json_error(raw)
+    assert status == 431 and body["error"]["code"] == "headers_too_large"
+    r = httpx.get(guarded_server.base + "/health/live", headers={"x-fine": "a" * 3000})
+    assert r.status_code == 200
+
+
+def test_silent_and_slowloris_connections_are_closed_at_the_header_timeout(guarded_server):
+    silent = socket.create_connection(("127.0.0.1", guarded_server.port))
+    slow = socket.create_connection(("127.0.0.1", guarded_server.port))
+    slow.sendall(b"GET /health/live HTTP/1.1\r\n")
+    started = time.monotonic()
+    slow.settimeout(0.05)
+    closed_after = None
+    while time.monotonic() - started < 3:  # one header byte every 50 ms, never the end
+        try:
+            slow.sendall(b"x")
+            if slow.recv(65536):
+                closed_after = time.monotonic() - started
+                break
+        except socket.timeout:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            closed_after = time.monotonic() - started
+            break
+    raw, silent_s = read_until_closed(silent, 3)
+    silent_s += time.monotonic() - started - silent_s  # measured from the same start
+    slow.close()
+    silent.close()
+    assert closed_after is not None and closed_after < 1.0, closed_after
+    assert json_error(raw) == (408, {"error": {"code": "request_timeout",
+                                               "message": "request headers not received within 0.5 s"}})
+    assert silent_s < 1.0
+
+
+def test_short_content_length_is_answered_408_over_tcp(guarded_server):
+    with socket.create_connection(("127.0.0.1", guarded_server.port)) as sock:
+        sock.sendall(b"POST /classify HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: 100\r\n\r\n{\"text\": \"hel")
+        raw, seconds = read_until_closed(sock, 3)
+    status, body = json_error(raw)
+    assert status == 408 and body["error"]["code"] == "request_timeout" and seconds < 1.5
+
+
+def test_connection_cap_pushes_out_idle_connections_not_clients(guarded_server):
+    idle = [socket.create_connection(("127.0.0.1", guarded_server.port)) for _ in range(60)]  # cap is 30
+    try:
+        latencies = []
+        with httpx.Client(base_url=guarded_server.base) as client:
+            for _ in range(20):
+                started = time.monotonic()
+                r = client.post("/classify", json={"text": "a fine day"})
+                latencies.append(time.monotonic() - started)
+                assert r.status_code == 200, r.text
+        assert max(latencies) < 0.5
+        # every idle one is closed: pushed out to make room (no answer), or at the header timeout (408)
+        answers = [read_until_closed(sock, 2)[0] for sock in idle]
+        assert sum(a == b"" for a in answers) >= 20
+        assert all(a == b"" or json_error(a)[0] == 408 for a in answers)
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_sigterm_with_a_stalled_client_drains_on_time_and_logs_truthfully(service_bundles, tmp_path):
+    server = reliability.ServiceProcess(service_bundles, tmp_path / "service.log", body_timeout_s=30,
+                                        shutdown_timeout_s=10)
+    with server.start():
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"POST /classify HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: 100\r\n\r\n{\"text\": \"hel")
+        time.sleep(0.3)
+        exit_s = server.terminate()
+        raw, _ = read_until_closed(sock, 3)
+        sock.close()
+    assert exit_s < 3, exit_s
+    status, body = json_error(raw)
+    assert status == 503 and body["error"]["code"] == "shutting_down"
+    errors = [r for r in server.log_records() if r["level"] == "ERROR"]
+    assert errors == [], errors
+
+
+# --- the acceptance runs at CI size (full size: scripts/reliability.py expansion / slow-clients)
+
+def test_expansion_short(service_bundles, tmp_path):
+    result = reliability.run_expansion(service_bundles, concurrent=6, rounds=1, work=tmp_path)
+    print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}))
+    kinds = result["per_kind"]
+    assert set(kinds["one_text"]["statuses"]) == {"422"}
+    assert set(kinds["batch_under_text_limit"]["statuses"]) == {"422"}
+    assert set(kinds["accepted_plain_batch"]["statuses"]) == {"200"}
+    assert result["passed"], result["rss_growth_mb"]
+
+
+def test_slow_clients_short(service_bundles, tmp_path):
+    result = reliability.run_slow_clients(service_bundles, idle=400, slowloris=20, header_timeout_s=1.0,
+                                          seconds=3.0, processes=2, work=tmp_path)
+    print(json.dumps(result))
+    assert result["idle_opened"] == 400 and result["idle_closed"] == 400
+    assert result["slowloris_still_open"] == 0
+    assert result["passed"], result
