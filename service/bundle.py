@@ -42,6 +42,19 @@ class BundleError(Exception):
     """A bundle that cannot be served; the message names the file at fault."""
 
 
+class Float16Rounding(BaseModel):
+    """Embedding tables stored as float16 after export (scripts/bundle_fp16_embeddings.py),
+    measured against the float32 graph the export checked against PyTorch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    applied_after_export: bool
+    max_abs_diff_vs_float32_graph: float
+    argmax_mismatches: int
+    examples: int
+    batch_sizes: list[int] = Field(default_factory=list)
+
+
 class Parity(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +62,7 @@ class Parity(BaseModel):
     argmax_mismatches: int
     examples: int
     batch_sizes: list[int] = Field(default_factory=list)
+    embeddings_float16: Float16Rounding | None = None
 
 
 class Calibration(BaseModel):

@@ -496,3 +496,22 @@ def test_device_resolution_never_falls_back_silently():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="sees no CUDA GPU"):
             resolve_device("cuda")
+
+
+def test_init_from_starts_at_the_checkpoint_weights_and_keeps_its_vocabulary(tmp_path):
+    """Fine-tuning: zero epochs of change (lr ~ 0) from a checkpoint give back its weights, with its
+    tokenizer even when the new data would build another vocabulary; another network shape is refused."""
+    first = train(make_recipe("classification", epochs=2), tmp_path / "first", progress=False, threads=1,
+                  splits=make_splits("classification"))
+    other_data = make_splits("classification", seed=7)  # other words -> another vocabulary if built
+    recipe = make_recipe("classification", lr=1e-12)
+    tuned = train(recipe, tmp_path / "tuned", progress=False, threads=1, splits=other_data, init_from=tmp_path / "first")
+    assert (tmp_path / "tuned" / "tokenizer.json").read_bytes() == (tmp_path / "first" / "tokenizer.json").read_bytes()
+    before, after = first.network.state_dict(), tuned.network.state_dict()
+    assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
+    scratch = train(recipe, tmp_path / "scratch", progress=False, threads=1, splits=other_data)
+    assert not all(torch.allclose(before[k], scratch.network.state_dict()[k], atol=1e-6) for k in before if before[k].shape == scratch.network.state_dict()[k].shape)
+
+    wider = make_recipe("classification", model={"embedding_dim": 16, "dropout": 0.0})
+    with pytest.raises(ValueError, match="network config differs"):
+        train(wider, tmp_path / "wider", progress=False, threads=1, splits=other_data, init_from=tmp_path / "first")

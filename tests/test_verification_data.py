@@ -107,7 +107,7 @@ def test_distractors_share_a_word_with_the_claim_and_never_come_from_the_gold_im
     pairs = topic_pairs()
     images = images_of_premise(pairs)
     for seed in (0, 1, 2):
-        for record in build_claims(pairs, seed=seed, split="train", min_evidence=3, max_evidence=5):
+        for record in build_claims(pairs, seed=seed, split="train", min_evidence=3, max_evidence=5, random_fraction=0.0):
             gold, claim_words = record.source.example.premise, content_words(record.example.claim)
             for sentence in distractors(record):
                 assert sentence != gold
@@ -115,9 +115,30 @@ def test_distractors_share_a_word_with_the_claim_and_never_come_from_the_gold_im
                 assert content_words(sentence) & claim_words, (record.example.claim, sentence)
 
 
+def test_a_share_of_distractor_slots_holds_off_topic_premises_from_other_images() -> None:
+    pairs = topic_pairs()
+    images = images_of_premise(pairs)
+
+    def off_topic_share(fraction: float) -> float:
+        off, total = 0, 0
+        for record in build_claims(pairs, seed=4, split="train", min_evidence=3, max_evidence=5, random_fraction=fraction):
+            gold, claim_words = record.source.example.premise, content_words(record.example.claim)
+            for sentence in distractors(record):
+                assert sentence != gold and not images[sentence] & (images[gold] | {record.source.image_id})
+                off += not content_words(sentence) & claim_words
+                total += 1
+        return off / total
+
+    # retrieval alone never picks a premise without a claim word; random slots often do
+    assert off_topic_share(0.0) == 0.0
+    assert 0.05 < off_topic_share(0.25) < off_topic_share(1.0)
+    with pytest.raises(ValueError, match="random_fraction"):
+        build_claims(pairs, seed=0, split="train", random_fraction=1.5)
+
+
 def test_claims_without_gold_get_on_topic_evidence() -> None:
     pairs = topic_pairs()
-    records = build_claims(pairs, seed=3, split="train", no_gold_fraction=0.5, min_evidence=3, max_evidence=5)
+    records = build_claims(pairs, seed=3, split="train", no_gold_fraction=0.5, min_evidence=3, max_evidence=5, random_fraction=0.0)
     no_gold = [r for r in records if r.example.gold_evidence is None]
     assert len(no_gold) > 30
     all_premises = sorted({p.example.premise for p in pairs})

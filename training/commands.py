@@ -55,20 +55,22 @@ def train(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto (CUDA when torch sees a GPU).")] = "cpu",
     glove_file: Annotated[Optional[Path], typer.Option(help="GloVe text file to use instead of the pinned package (recipes with glove = true).")] = None,
+    init_from: Annotated[Optional[Path], typer.Option("--init-from", exists=True, file_okay=False, help="Start from this checkpoint's weights (same recipe network and vocabulary), e.g. to fine-tune on changed data.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Override the recipe's learning rate.")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics)."""
     from training.recipes import EmbeddingsSection, TrainSection, load_recipe
     from training.trainer import train as run_train
     loaded = load_recipe(recipe)
-    changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples, "max_wall_minutes": max_minutes}.items() if v is not None}
+    changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples, "max_wall_minutes": max_minutes, "lr": lr}.items() if v is not None}
     if changes:
         loaded = loaded.model_copy(update={"train": TrainSection.model_validate({**loaded.train.model_dump(), **changes})})
     if glove_file is not None:
         embeddings = EmbeddingsSection.model_validate({**loaded.embeddings.model_dump(), "glove_file": str(glove_file)})
         loaded = loaded.model_copy(update={"embeddings": embeddings})
     out = out or Path("checkpoints") / loaded.name
-    result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device)
+    result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from)
     _print_metrics(f"{loaded.name}: dev (best, epoch {result.best_epoch})", result.dev)
     _print_metrics(f"{loaded.name}: test", result.test)
     typer.echo(

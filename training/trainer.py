@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from tokenizers import Tokenizer
 
 from models import TextClassifier, build_network
 from service.tokenization import TextEncoder, pad_2d, pad_3d
@@ -402,6 +403,24 @@ def _check_length_limits(recipe: Recipe, network: TextClassifier) -> None:
             raise ValueError(f"{recipe.name}: max_lengths {over} exceed the network's max_length {limit}")
 
 
+def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | Path) -> None:
+    """Copy a checkpoint's weights into `network`, refusing one built for another vocabulary or
+    network shape (its rows would mean other words)."""
+    from safetensors.torch import load_file
+
+    from training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+    from models import config_to_dict
+
+    checkpoint_dir = Path(checkpoint_dir)
+    if Tokenizer.from_file(str(checkpoint_dir / TOKENIZER_FILE)).get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"{checkpoint_dir}: its tokenizer vocabulary differs from the one training uses; cannot start from it")
+    saved = json.loads((checkpoint_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    if saved.get("network") != json.loads(json.dumps(config_to_dict(saved.get("architecture"), network.config))):
+        raise ValueError(f"{checkpoint_dir}: its network config differs from the recipe's; cannot start from it")
+    network.load_state_dict(load_file(str(checkpoint_dir / WEIGHTS_FILE)), strict=True)
+    log.info("initial weights loaded", extra={"checkpoint": str(checkpoint_dir)})
+
+
 def train(
     recipe: Recipe,
     out_dir: str | Path,
@@ -410,10 +429,13 @@ def train(
     splits: DatasetSplits | None = None,
     cache_dir: str | Path | None = None,
     device: str = "cpu",
+    init_from: str | Path | None = None,
 ) -> TrainResult:
     """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
     data (tests, notebooks); `threads` defaults to every core this process may use; `device`
-    is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way)."""
+    is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way).
+    `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
+    (fine-tuning on changed data); its network config must equal the recipe's."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -434,7 +456,8 @@ def train(
     limits = recipe.limits
 
     vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
-    tokenizer = build_tokenizer(
+    # Fine-tuning keeps the checkpoint's vocabulary: its embedding rows are indexed by it.
+    tokenizer = Tokenizer.from_file(str(Path(init_from) / TOKENIZER_FILE)) if init_from is not None else build_tokenizer(
         (text for example in train_examples for text in texts_of(example)),
         min_frequency=recipe.tokenizer.min_frequency,
         max_vocab=recipe.tokenizer.max_vocab,
@@ -473,6 +496,8 @@ def train(
             freeze_pretrained=recipe.embeddings.freeze_pretrained, tuned_channel=recipe.embeddings.tuned_channel,
         )
         del vectors
+    if init_from is not None:
+        _load_initial_weights(network, tokenizer, init_from)
     network.to(target)
     params = [p for p in network.parameters() if p.requires_grad]
     log.info(

@@ -39,6 +39,11 @@ the gold premise:
     (target / realised histogram).
   * Claims with too few candidates (no content word shared with enough premises) are topped up
     with random premises from other images, as the builder did before retrieval.
+  * And `random_fraction` (25 %) of the distractor slots, drawn per slot, hold a random premise
+    from another image instead: real evidence lists mix on-topic and off-topic sentences, and a
+    model that never saw an off-topic one reads "a different scene" as refuting (SNLI labels an
+    unrelated scene a contradiction), so one unrelated sentence beside a supporting one turned
+    SUPPORTS into REFUTES.
 
 Known limit: a retrieved premise from another image can still support or refute a generic claim
 ("A man is outside."), so some labels are noisy, most of all NOT ENOUGH INFO without the gold
@@ -73,6 +78,7 @@ NO_GOLD_FRACTION = 0.2
 MIN_EVIDENCE, MAX_EVIDENCE = 1, 5
 CANDIDATES = 30  # M: distractors are sampled from this many most similar premises
 MAX_GOLD_SIMILARITY = 0.7  # TF-IDF cosine to the gold premise above which a candidate is a near-copy
+RANDOM_FRACTION = 0.25  # share of distractor slots filled with a random premise from another image
 CHUNK_SIZE = 1000  # claims per sparse product (1,000 x ~26k premises: ~100 MB of float32 scores)
 BALANCE_ROUNDS = 4  # rounds of fitting the sampling weights
 _MAX_LENGTH = 40  # sentence lengths (words) are balanced in bins 0..39 and 40 or more
@@ -118,6 +124,7 @@ def build_claims(
     candidates: int = CANDIDATES,
     max_gold_similarity: float = MAX_GOLD_SIMILARITY,
     chunk_size: int = CHUNK_SIZE,
+    random_fraction: float = RANDOM_FRACTION,
 ) -> list[VerificationRecord]:
     """One claim per pair, in the pairs' order. `split` names the split so that train, dev and
     test draw from different streams of the same seed. See the module docstring for how the
@@ -126,6 +133,8 @@ def build_claims(
         raise ValueError(f"need 1 <= min_evidence <= max_evidence, got {min_evidence}, {max_evidence}")
     if not 0.0 <= no_gold_fraction <= 1.0:
         raise ValueError(f"no_gold_fraction must be in [0, 1], got {no_gold_fraction}")
+    if not 0.0 <= random_fraction <= 1.0:
+        raise ValueError(f"random_fraction must be in [0, 1], got {random_fraction}")
     if candidates < 1 or chunk_size < 1:
         raise ValueError(f"candidates and chunk_size must be >= 1, got {candidates}, {chunk_size}")
     labels = []
@@ -157,10 +166,13 @@ def build_claims(
     records = []
     topped_up = 0
     for i, pair in enumerate(pairs):
-        picked = [int(q) for q in cand[i][chosen[i]]]
+        retrieved = [int(q) for q in cand[i][chosen[i]]]
+        if len(retrieved) < counts[i]:
+            topped_up += 1
+        off_topic = sum(rng.random() < random_fraction for _ in range(int(counts[i])))
+        picked = retrieved[: int(counts[i]) - off_topic]
         if len(picked) < counts[i]:
             picked += _random_distractors(rng, pool, i, picked, int(counts[i]) - len(picked), max_gold_similarity)
-            topped_up += 1
         evidence = [pool.texts[q] for q in picked]
         gold_text = pair.example.premise
         if keep_gold[i]:
