@@ -217,3 +217,33 @@ def test_every_row_equals_its_solo_run_at_every_position(case):
                 gap = (got[1][row, :k] - solo[1][0]).abs().max().item()
                 assert gap < 1e-5, f"evidence scores of row {row} differ by {gap:.2e}"
                 assert torch.all(got[1][row, k:] == 0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_onnx_graph_rows_equal_their_solo_runs(case, tmp_path):
+    """The same invariance on the exported graph itself (solo vs batch in onnxruntime), not
+    only against PyTorch at 1e-4."""
+    ort = pytest.importorskip("onnxruntime")
+    from export.onnx_graph import export_onnx
+
+    torch.manual_seed(0)
+    net = build(case).eval()
+    session = ort.InferenceSession(str(export_onnx(net, tmp_path / "model.onnx")),
+                                   providers=["CPUExecutionProvider"])
+    spec = net.task
+    g = torch.Generator().manual_seed(6)
+    examples = [varied_example(case[1], g, length, count)
+                for length, count in ((4, 1), (19, 4), (9, 2))]
+
+    def run(ids):
+        return session.run(list(spec.outputs), {n: t.numpy() for n, t in zip(spec.inputs, ids)})
+
+    solos = [run(ex) for ex in examples]
+    got = run(stack_padded(examples))
+    for row, solo in enumerate(solos):
+        gap = float(np.abs(got[0][row] - solo[0][0]).max())
+        assert gap < 1e-5, f"ONNX row {row} differs from its solo run by {gap:.2e}"
+        if case[1] == "verification":
+            k = solo[1].shape[1]
+            gap = float(np.abs(got[1][row, :k] - solo[1][0]).max())
+            assert gap < 1e-5, f"ONNX evidence scores of row {row} differ by {gap:.2e}"
