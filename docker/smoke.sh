@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Passed once by hand (00:40 UTC) on this root Debian 12 machine; issue 22 was cut short by the deadline:
+# Builds docker/Dockerfile with podman on a
 # Debian 12 root machine (no Docker engine, no registry) on a local debootstrap base, run it with
 # the compose file's hardening flags, and smoke-test it. Not wired into .ci/run yet (CI cost unmeasured).
 # Adapted from ../shared/tools/container-smoke/podman-smoke.sh (which passed here in ~75 s).
