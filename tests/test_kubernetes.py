@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -55,16 +56,15 @@ def crd_validator() -> list[str]:
     return [node, str(K8S / "ci" / "validate-custom-resources.mjs")]
 
 
-def render(overlay: str) -> list[dict]:
-    result = subprocess.run([kubectl(), "kustomize", str(K8S / "overlays" / overlay)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"kustomize failed for {overlay}:\n{result.stderr}"
+def render(directory: Path) -> list[dict]:
+    result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"kustomize failed for {directory}:\n{result.stderr}"
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, list[dict]]:
-    return {overlay: render(overlay) for overlay in OVERLAYS}
+    return {overlay: render(K8S / "overlays" / overlay) for overlay in OVERLAYS}
 
 
 def only(objects: list[dict], kind: str) -> dict:
@@ -103,6 +103,18 @@ def test_every_overlay_renders_the_whole_deployment(rendered):
             expected.add("PersistentVolumeClaim")
         assert sorted(expected) == kinds, overlay
         assert {o["metadata"].get("namespace") for o in objects} == {"attserve"}, overlay
+
+
+def test_without_servicemonitor_component_drops_only_the_servicemonitor(rendered, tmp_path):
+    """An overlay of the user's own (here in a temporary directory) composing overlays/cpu with
+    components/without-servicemonitor, as its kustomization.yaml comment shows."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "cpu", tmp_path)],
+        "components": [os.path.relpath(K8S / "components" / "without-servicemonitor", tmp_path)],
+    }))
+    objects = render(tmp_path)
+    assert objects == [o for o in rendered["cpu"] if o["kind"] != "ServiceMonitor"]
 
 
 def test_rendered_objects_and_inference_service_pass_the_kubernetes_schemas(rendered, tmp_path):
