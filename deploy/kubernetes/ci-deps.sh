@@ -7,7 +7,7 @@
 #                        the Kubernetes JSON schemas of each release up to 1.37
 #   CRD validators       npm `@kubernetes-models/prometheus-operator` (the ServiceMonitor schema
 #                        of the upstream CRD), pinned by ci/package-lock.json (sha512 integrity)
-# Needs python3 (venv, pip) and Node.js with npm. Idempotent: what is at the pinned version is
+# Needs python3 (venv, pip); Node.js with npm for the CRD validators (skipped without them). Idempotent: what is at the pinned version is
 # left alone.
 set -euo pipefail
 
@@ -52,6 +52,10 @@ fi
 log "kubernetes-validate $("$TOOLS/venv/bin/kubernetes-validate" --version)"
 
 # --- CRD validators (npm, lock file) ---
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    log "Node.js/npm not found: the ServiceMonitor CRD check will skip"
+    exit 0
+fi
 if ! cmp -s "$HERE/ci/package-lock.json" "$HERE/ci/node_modules/.package-lock.json.installed" 2>/dev/null; then
     log "installing the CRD validators with npm ci"
     (cd "$HERE/ci" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
