@@ -1,11 +1,12 @@
 """Dynamic batching for one model (TEI / Ray Serve style).
 
 Items (one per input; a multi-input request submits several, each with its own future) wait
-in per-bucket FIFO queues, a bucket being the padded shape an item needs, so a batch only pads
-to lengths close to its items' own. A batch closes when its bucket holds `max_batch_size`
-items, or `max_batch_tokens` padded tokens (n x bucket shape), or `max_batch_delay_ms` after
-its oldest item arrived; among the buckets ready to run, the one with the oldest item goes
-first. Before compute, items whose caller went away or whose deadline passed are dropped.
+in ONE queue in arrival order (TEI style). A batch takes items from the front while it stays
+within `max_batch_size` items and `max_batch_tokens` padded tokens, a batch being padded to the
+largest bucket shape among its items (so shapes stay the few warmed-up buckets; padding does
+not change an answer). Per-shape queues fragmented batches (a 32-item /verify request ran as
+~15 engine calls); for CNNs this small an extra engine call costs more than some padding.
+A batch closes when it is full or `max_batch_delay_ms` after its oldest item arrived. Before compute, items whose caller went away or whose deadline passed are dropped.
 Inference runs on a dedicated single-thread executor (onnxruntime releases the GIL), so the
 event loop keeps accepting and tokenizing while a batch runs. Each item's future receives
 exactly its own row of the outputs.
@@ -24,7 +25,7 @@ from typing import Sequence
 
 from service.errors import DeadlineExceeded, InferenceFailed, QueueFull, ShuttingDown
 from service.metrics import Metrics
-from service.runtime import Item, ItemOutput, ModelRuntime
+from service.runtime import Item, ItemOutput, ModelRuntime, batch_shape, padded_shape
 from service.settings import Settings
 
 log = logging.getLogger("service.batcher")
@@ -50,7 +51,7 @@ class _Waiting:
 
 @dataclass
 class _State:
-    buckets: dict[tuple[int, ...], deque[_Waiting]] = field(default_factory=dict)
+    queue: deque[_Waiting] = field(default_factory=deque)
     count: int = 0
 
 
@@ -105,7 +106,7 @@ class Batcher:
         futures = []
         for item in items:
             future = loop.create_future()
-            self._state.buckets.setdefault(item.shape, deque()).append(_Waiting(item, future, now, deadline))
+            self._state.queue.append(_Waiting(item, future, now, deadline))
             futures.append(future)
         self._state.count += len(items)
         self._depth.set(self._state.count)
@@ -125,7 +126,7 @@ class Batcher:
                     # only a drain that leaves work undone is an error worth a page
                     log.error("drain timed out", extra={"model": self.name, "queued": self._state.count})
                 self._task.cancel()
-        for queue in self._state.buckets.values():
+        for queue in (self._state.queue,):
             while queue:
                 waiting = queue.popleft()
                 if not waiting.future.done():
@@ -137,27 +138,29 @@ class Batcher:
     # --- batch loop -----------------------------------------------------------------------
 
     def _take_count(self, queue: deque[_Waiting]) -> int:
-        per_item = queue[0].item.tokens
-        by_tokens = max(1, self.max_batch_tokens // per_item)  # an item over budget runs alone
-        return min(len(queue), self.max_batch_size, by_tokens)
-
-    def _is_full(self, queue: deque[_Waiting]) -> bool:
-        return len(queue) >= self.max_batch_size or len(queue) * queue[0].item.tokens >= self.max_batch_tokens
+        """Items from the front while n <= max_batch_size and padded shape x n <= max_batch_tokens
+        (the first item always runs, even over budget)."""
+        shape = queue[0].item.shape
+        n = 1
+        while n < len(queue) and n < self.max_batch_size:
+            grown = padded_shape(shape, queue[n].item.shape)
+            if self.runtime.shape_tokens(grown) * (n + 1) > self.max_batch_tokens:
+                break
+            shape, n = grown, n + 1
+        return n
 
     def _next_batch(self, now: float) -> tuple[deque[_Waiting] | None, float]:
-        """The ready bucket with the oldest item, else (None, when the next one closes)."""
-        ready, oldest, next_close = None, math.inf, math.inf
-        for queue in self._state.buckets.values():
-            if not queue:
-                continue
-            first = queue[0].enqueued
-            close_at = first + self.max_delay_s
-            if self._closing or close_at <= now or self._is_full(queue):
-                if first < oldest:
-                    ready, oldest = queue, first
-            else:
-                next_close = min(next_close, close_at)
-        return ready, next_close
+        """The queue when its front batch is ready, else (None, when it closes)."""
+        queue = self._state.queue
+        if not queue:
+            return None, math.inf
+        close_at = queue[0].enqueued + self.max_delay_s
+        if self._closing or close_at <= now:
+            return queue, close_at
+        n = self._take_count(queue)
+        if n >= self.max_batch_size or n < len(queue):  # full: nothing more would fit
+            return queue, close_at
+        return None, close_at
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -215,7 +218,7 @@ class Batcher:
         inference_s = time.perf_counter() - t0
         self._inference_duration.observe(inference_s)
         self._batch_size.observe(len(items))
-        self._batch_tokens.observe(len(items) * items[0].tokens)
+        self._batch_tokens.observe(len(items) * self.runtime.shape_tokens(batch_shape(items)))
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():
                 waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id))

@@ -66,6 +66,18 @@ def bucket_of(n: int, buckets: Sequence[int]) -> int:
     return buckets[-1]
 
 
+def padded_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The bucket shape that holds both: the larger size in each dimension."""
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
+
+
+def batch_shape(items: Sequence["Item"]) -> tuple[int, ...]:
+    shape = items[0].shape
+    for item in items[1:]:
+        shape = padded_shape(shape, item.shape)
+    return shape
+
+
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row softmax of logits / temperature, shifted by the row max so exp never overflows."""
     z = logits.astype(np.float64)
@@ -164,9 +176,21 @@ class ModelRuntime:
                 tokens += length
         return Item(tuple(ids), tuple(shape), tokens)
 
+    def shape_tokens(self, shape: tuple[int, ...]) -> int:
+        """Padded tokens one item of this bucket shape costs (as `make_item` counts them)."""
+        tokens, at = 0, 0
+        for name in self.input_names:
+            if name == "evidence_ids":
+                tokens += shape[at] * shape[at + 1]
+                at += 2
+            else:
+                tokens += shape[at]
+                at += 1
+        return tokens
+
     def feeds(self, items: Sequence[Item]) -> dict[str, np.ndarray]:
-        """Pad items that share one bucket shape to exactly that shape."""
-        shape = items[0].shape
+        """Pad items to the batch's largest bucket shape (per dimension)."""
+        shape = batch_shape(items)
         out: dict[str, np.ndarray] = {}
         at = 0
         for i, name in enumerate(self.input_names):
