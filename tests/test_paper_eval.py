@@ -14,6 +14,7 @@ from training.pair_evaluation import (
     binary_metrics,
     entailment_features,
     inverse_document_frequencies,
+    nonover_examples,
     paraphrase_features,
     ranking_metrics,
     reciprocal_rank,
@@ -140,3 +141,12 @@ def test_a_class_missing_from_the_fitting_data_gets_minus_infinity():
     stage = FeatureStage().fit(logits, np.array([[0.0], [1.0], [0.0], [1.0]]), [0, 2, 0, 2])
     scores = stage.scores(logits, np.array([[0.0], [1.0], [0.0], [1.0]]), 3)
     assert np.isneginf(scores[:, 1]).all() and scores.argmax(1).tolist() == [0, 2, 0, 2]
+
+
+def test_nonover_removes_the_shared_words_and_marks_an_emptied_sentence():
+    pairs = nonover_examples([
+        pair("Children in red shirts are playing in the leaves", "Three kids are sitting in the leaves", "NEUTRAL"),
+        pair("A dog runs.", "a DOG runs", "ENTAILMENT"),
+    ])
+    assert pairs[0] == pair("children red shirts playing", "three kids sitting", "NEUTRAL")  # the paper's Table 5
+    assert pairs[1] == pair("<empty>", "<empty>", "ENTAILMENT")

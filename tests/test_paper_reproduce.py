@@ -68,6 +68,9 @@ def test_a_short_run_of_each_task_scores_network_and_feature_stage(task, tmp_pat
     assert row.with_features[key] > 0.9, row.with_features
     if task == "wikiqa":
         assert row.with_features["questions"] == 15  # 20 test questions, every 4th unanswerable
+    # SICK (sec. 5.4): a NONOVER copy of the network trained beside the ORIG one
+    assert (row.orig_only is not None) == (task == "sick")
+    assert (tmp_path / f"{task}-nonover" / "model.safetensors").is_file() == (task == "sick")
     assert row.command == "attserve reproduce " + task + " --model abcnn-3-two --epochs 2"
 
     lines = table_rows([row])

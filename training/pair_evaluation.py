@@ -203,6 +203,19 @@ def non_overlapping(a: Sequence[str], b: Sequence[str]) -> tuple[list[str], list
     return [w for w in a if w not in shared], [w for w in b if w not in shared]
 
 
+EMPTY_SENTENCE = "<empty>"  # the paper's token for a sentence NONOVER removed entirely
+
+
+def nonover_examples(examples: Sequence[PairExample]) -> list[PairExample]:
+    """The NONOVER copy of SICK pairs (sec. 5.4, Table 5): words shared by both sentences
+    removed (lower-cased word tokens, punctuation dropped), "<empty>" where nothing is left."""
+    out = []
+    for e in examples:
+        a, b = non_overlapping(words(e.premise), words(e.hypothesis))
+        out.append(PairExample(" ".join(a) or EMPTY_SENTENCE, " ".join(b) or EMPTY_SENTENCE, e.label))
+    return out
+
+
 def entailment_features(examples: Sequence[PairExample]) -> np.ndarray:
     """SICK's reproducible features: NEG, LEN00, LEN10, LEN0N, LEN1N -> (N, 5)."""
     rows = []
@@ -280,6 +293,7 @@ __all__ = [
     "binary_metrics",
     "entailment_features",
     "inverse_document_frequencies",
+    "nonover_examples",
     "paraphrase_features",
     "ranking_metrics",
     "reciprocal_rank",

@@ -6,8 +6,10 @@ A row is (task, model): task wikiqa | msrp | sick, model one of MODELS (`bcnn-on
 `recipes/paper/<task>-<model>.toml`. Each row trains the recipe (model selection on dev: MAP
 for WikiQA, accuracy otherwise), then scores test twice (training.pair_evaluation):
 
-    network     the network's own output
-    +features   a logistic regression over its log-probabilities and the task's hand-made
+    network     the network's own output. SICK as in sec. 5.4: a second copy of the network
+                trained on NONOVER (the pairs without their shared words), the two combined by
+                a logistic regression fitted on dev (the ORIG network alone: `orig_only`)
+    +features   a logistic regression over the log-probabilities and the task's hand-made
                 features, fitted on dev (all 4 of WikiQA's; a reproducible subset for MSRP and
                 SICK, see training.pair_evaluation)
 
@@ -22,7 +24,7 @@ import json
 import logging
 import shlex
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, Sequence
 
@@ -98,6 +100,7 @@ class RowResult:
     device: str
     command: str
     feature_names: list[str] = field(default_factory=list)
+    orig_only: dict[str, Any] | None = None  # SICK: the ORIG network alone, without its NONOVER copy
 
 
 def command_for(task: str, model: str, epochs: int | None, max_train_examples: int | None) -> str:
@@ -127,10 +130,20 @@ def run_row(
 ) -> RowResult:
     """Train one row's recipe into `out_dir` and score it on test, with and without features.
     `splits` replaces the benchmark's files and `recipe_update` the recipe (tests)."""
+    import numpy as np
+
     from service.tokenization import TextEncoder
     from training.checkpoint import TOKENIZER_FILE
     from training.datasets import load_benchmark
-    from training.pair_evaluation import FEATURE_NAMES, FeatureExtractor, FeatureStage, selection_metric, task_metrics
+    from training.pair_evaluation import (
+        FEATURE_NAMES,
+        FeatureExtractor,
+        FeatureStage,
+        log_softmax,
+        nonover_examples,
+        selection_metric,
+        task_metrics,
+    )
     from training.recipes import TrainSection, load_recipe
     from training.trainer import EncodedExamples, predict_logits, train
 
@@ -142,36 +155,59 @@ def run_row(
     if recipe_update is not None:
         recipe = recipe_update(recipe)
     splits = splits if splits is not None else load_benchmark(task, benchmark_root)
-    result = train(recipe, out_dir, progress=progress, threads=threads, splits=splits, cache_dir=cache_dir, device=device,
-                   select_metric=selection_metric(task, splits.dev, splits.labels))
-
-    network = result.network.eval()
-    encoder = TextEncoder.from_file(Path(out_dir) / TOKENIZER_FILE)
     labels = list(splits.labels)
+    dev_gold = [labels.index(e.label) for e in splits.dev]
 
-    def logits_of(examples: Sequence[Any]):
-        encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None)
-        return predict_logits(network, encoded, recipe.train.eval_batch_size)
+    def train_and_score(data: Any, folder: Path) -> tuple[Any, Any, Any]:
+        """Train on `data`; the kept network's (dev logits, test logits)."""
+        result = train(recipe, folder, progress=progress, threads=threads, splits=data, cache_dir=cache_dir, device=device,
+                       select_metric=selection_metric(task, data.dev, labels))
+        network = result.network.eval()
+        encoder = TextEncoder.from_file(Path(folder) / TOKENIZER_FILE)
 
-    dev_logits, test_logits = logits_of(splits.dev), logits_of(splits.test)
+        def logits_of(examples: Sequence[Any]) -> Any:
+            encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None)
+            return predict_logits(network, encoded, recipe.train.eval_batch_size)
+
+        return result, logits_of(data.dev), logits_of(data.test)
+
+    result, dev_logits, test_logits = train_and_score(splits, Path(out_dir))
+    train_wall = result.wall_time_s
     features = FeatureExtractor.fit(task, splits.train)
-    stage = FeatureStage(seed=recipe.train.seed).fit(dev_logits, features(splits.dev), [labels.index(e.label) for e in splits.dev])
-    test_with_features = stage.scores(test_logits, features(splits.test), len(labels))
+    dev_features, test_features = features(splits.dev), features(splits.test)
+    orig_only = None
+    if task == "sick":
+        # Sec. 5.4: a second copy of the network reads NONOVER (shared words removed) and both
+        # feed one LR layer; here that LR is fitted on dev after both are trained.
+        nonover = replace(splits, name="sick-nonover", **{part: nonover_examples(getattr(splits, part)) for part in ("train", "dev", "test")})
+        nonover_result, nonover_dev, nonover_test = train_and_score(nonover, Path(f"{out_dir}-nonover"))
+        train_wall += nonover_result.wall_time_s
+        orig_only = task_metrics(task, splits.test, labels, test_logits)
+        combined = FeatureStage(seed=recipe.train.seed).fit(dev_logits, log_softmax(nonover_dev), dev_gold)
+        network_test = combined.scores(test_logits, log_softmax(nonover_test), len(labels))
+        network_dev = combined.scores(dev_logits, log_softmax(nonover_dev), len(labels))
+        dev_features = np.concatenate([log_softmax(nonover_dev), dev_features], axis=1)
+        test_features = np.concatenate([log_softmax(nonover_test), test_features], axis=1)
+    else:
+        network_test, network_dev = test_logits, dev_logits
+    stage = FeatureStage(seed=recipe.train.seed).fit(dev_logits, dev_features, dev_gold)
+    test_with_features = stage.scores(test_logits, test_features, len(labels))
     row = RowResult(
         task=task,
         model=model,
-        network=task_metrics(task, splits.test, labels, test_logits),
+        network=task_metrics(task, splits.test, labels, network_test),
         with_features=task_metrics(task, splits.test, labels, test_with_features),
-        dev_network=task_metrics(task, splits.dev, labels, dev_logits),
+        dev_network=task_metrics(task, splits.dev, labels, network_dev),
         train_examples=min(len(splits.train), recipe.train.max_train_examples or len(splits.train)),
         epochs_run=result.epochs_run,
         best_epoch=result.best_epoch,
-        train_wall_s=result.wall_time_s,
+        train_wall_s=round(train_wall, 2),
         row_wall_s=round(time.perf_counter() - started, 2),
         threads=threads,
         device=device,
         command=command_for(task, model, epochs, max_train_examples),
         feature_names=list(FEATURE_NAMES[task]),
+        orig_only=orig_only,
     )
     (Path(out_dir) / "reproduce.json").write_text(json.dumps(asdict(row), indent=2) + "\n", encoding="utf-8")
     log.info("reproduced", extra={"task": task, "model": model, "network": row.network, "with_features": row.with_features, "row_wall_s": row.row_wall_s})
