@@ -37,7 +37,7 @@ models: $(VENV)/.dev
 	PATH=$(BIN):$$PATH bash scripts/make_models.sh
 
 # The ABCNN paper's benchmark rows beside the paper's figures (README "Paper reproduction"); reads
-# SICK/MSRP/WikiQA from $ATTSERVE_BENCHMARK_DIR (default ../shared/data). ~15 min on 1 CPU thread.
+# SICK/MSRP/WikiQA from $ATTSERVE_BENCHMARK_DIR (default ../shared/data). ~10 min on 1 CPU thread.
 reproduce: $(VENV)/.dev
 	$(BIN)/attserve reproduce --model abcnn-3-two --model bcnn-one --out runs/reproduce --markdown runs/reproduce/table.md
 
