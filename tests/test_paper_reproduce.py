@@ -120,3 +120,12 @@ def test_the_cli_refuses_unknown_rows_and_says_where_missing_data_goes(tmp_path,
     monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(tmp_path / "nowhere"))
     result = CliRunner().invoke(app, ["reproduce", "sick", "--out", str(tmp_path / "runs")])
     assert result.exit_code == 1 and "never downloaded" in result.output
+
+
+def test_the_command_module_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, training.reproduce, training.pair_evaluation; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False"  # `attserve --help` and the serving image stay light
