@@ -37,9 +37,9 @@ models: $(VENV)/.dev
 	PATH=$(BIN):$$PATH bash scripts/make_models.sh
 
 # The ABCNN paper's benchmark rows beside the paper's figures (README "Paper reproduction"); reads
-# SICK/MSRP/WikiQA from $ATTSERVE_BENCHMARK_DIR (default ../shared/data). ~10 min on 1 CPU thread.
+# SICK/MSRP/WikiQA from $ATTSERVE_BENCHMARK_DIR (default ../shared/data). ~31 min on 1 CPU thread.
 reproduce: $(VENV)/.dev
-	$(BIN)/attserve reproduce --model abcnn-3-two --model bcnn-one --out runs/reproduce --markdown runs/reproduce/table.md
+	$(BIN)/attserve reproduce --model all --out runs/reproduce --markdown runs/reproduce/table.md
 
 # Full benchmark against the default models (needs their checkpoints for the PyTorch figures).
 bench: $(VENV)/.dev
