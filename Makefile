@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-slow install-serve install-dev models bench lint clean
+.PHONY: serve test test-slow install-serve install-dev models bench reproduce lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test-slow: $(VENV)/.dev
 # Rebuild every default bundle from data (hours on a 2-core CPU).
 models: $(VENV)/.dev
 	PATH=$(BIN):$$PATH bash scripts/make_models.sh
+
+# The ABCNN paper's benchmark rows beside the paper's figures (README "Paper reproduction"); reads
+# SICK/MSRP/WikiQA from $ATTSERVE_BENCHMARK_DIR (default ../shared/data). ~31 min on 1 CPU thread.
+reproduce: $(VENV)/.dev
+	$(BIN)/attserve reproduce --model all --out runs/reproduce --markdown runs/reproduce/table.md
 
 # Full benchmark against the default models (needs their checkpoints for the PyTorch figures).
 bench: $(VENV)/.dev

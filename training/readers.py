@@ -7,6 +7,11 @@
     sick         SICK: the full release SICK.txt (12 columns with a header, `entailment_label`,
                  `SemEval_set` = TRAIN/TRIAL/TEST) or the SemEval-2014 split files (id, sentence_A,
                  sentence_B, relatedness, entailment_judgment; with or without their header row)
+    msrp         Microsoft Research Paraphrase Corpus: header Quality, #1 ID, #2 ID, #1 String,
+                 #2 String (tab-separated, usually with a BOM); label = Quality ("1" = paraphrase)
+    wikiqa-tsv   WikiQA answer selection: header QuestionID, Question, DocumentID, DocumentTitle,
+                 SentenceID, Sentence, Label (CRLF); premise = question, hypothesis = candidate
+                 sentence, label "1" = an answer
     fever-jsonl  FEVER-style jsonl: claim, evidence (a list of sentence strings), label
     text-csv     classification csv with `text` and `label` columns (names configurable)
     text-tsv     the same, tab-separated
@@ -160,6 +165,53 @@ def read_sick(path: str | Path, semeval_set: str | None = None) -> list[PairExam
     return out
 
 
+# --- paraphrase, answer selection ------------------------------------------------------------
+
+MSRP_COLUMNS = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
+WIKIQA_COLUMNS = ("QuestionID", "Question", "DocumentID", "DocumentTitle", "SentenceID", "Sentence", "Label")
+
+
+def _header_columns(path: str | Path, rows: list[list[str]], expected: tuple[str, ...], what: str) -> list[list[str]]:
+    """The body rows of a tab-separated file whose header names `expected` in that order, each
+    checked to have that many columns."""
+    if not rows:
+        return []
+    header = tuple(cell.strip() for cell in rows[0])
+    if header != expected:
+        raise FormatError(f"{path}: not a {what} file: header {list(header)}, expected {list(expected)}")
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != len(expected):
+            raise FormatError(f"{path}:{number}: {what} rows have {len(expected)} columns, got {len(row)}")
+    return rows[1:]
+
+
+def read_msrp(path: str | Path) -> list[PairExample]:
+    """MSRP pairs: premise = #1 String, hypothesis = #2 String, label = Quality ("1"/"0")."""
+    out = []
+    for number, row in enumerate(_header_columns(path, _tsv_rows(read_text(path)), MSRP_COLUMNS, "MSRP"), start=2):
+        quality = row[0].strip()
+        if quality not in ("0", "1"):
+            raise FormatError(f"{path}:{number}: Quality must be 0 or 1, got {quality!r}")
+        out.append(PairExample(row[3], row[4], quality))
+    return out
+
+
+def iter_wikiqa_records(path: str | Path) -> Iterator[tuple[str, PairExample]]:
+    """(QuestionID, example) per WikiQA row, in file order: premise = Question, hypothesis =
+    Sentence, label = Label ("1" = the sentence answers the question)."""
+    for number, row in enumerate(_header_columns(path, _tsv_rows(read_text(path)), WIKIQA_COLUMNS, "WikiQA"), start=2):
+        label = row[6].strip()
+        if label not in ("0", "1"):
+            raise FormatError(f"{path}:{number}: Label must be 0 or 1, got {label!r}")
+        yield row[0].strip(), PairExample(row[1], row[5], label)
+
+
+def read_wikiqa_tsv(path: str | Path) -> list[PairExample]:
+    """Every WikiQA question-sentence pair (questions without a correct answer included: the
+    answer-selection protocol drops those from dev/test, see training.datasets)."""
+    return [example for _, example in iter_wikiqa_records(path)]
+
+
 # --- verification ----------------------------------------------------------------------------
 
 
@@ -225,6 +277,8 @@ READERS: dict[str, Callable[..., list]] = {
     "snli-txt": read_snli_txt,
     "scitail-tsv": read_scitail_tsv,
     "sick": read_sick,
+    "msrp": read_msrp,
+    "wikiqa-tsv": read_wikiqa_tsv,
     "fever-jsonl": read_fever_jsonl,
     "text-csv": read_text_csv,
     "text-tsv": read_text_tsv,
@@ -246,8 +300,10 @@ __all__ = [
     "FormatError",
     "iter_jsonl",
     "iter_snli_records",
+    "iter_wikiqa_records",
     "read_fever_jsonl",
     "read_file",
+    "read_msrp",
     "read_scitail_tsv",
     "read_sick",
     "read_snli_jsonl",
@@ -256,4 +312,5 @@ __all__ = [
     "read_text_csv",
     "read_text_jsonl",
     "read_text_tsv",
+    "read_wikiqa_tsv",
 ]

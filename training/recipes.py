@@ -37,6 +37,10 @@ DATASET_TASKS: dict[str, str] = {
     "snli-verification": "verification",
     "bbc": "classification",
     "tweets": "classification",
+    # the ABCNN paper's benchmarks (local files, training.datasets.benchmark_dir)
+    "sick": "entailment",
+    "msrp": "entailment",
+    "wikiqa": "entailment",
 }
 # Config fields the trainer fills in from the data; a recipe setting them would be ignored.
 DATA_DERIVED_FIELDS = ("task", "vocab_size", "num_labels", "tuned_vocab_size")

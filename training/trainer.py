@@ -29,7 +29,7 @@ import random
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -430,12 +430,15 @@ def train(
     cache_dir: str | Path | None = None,
     device: str = "cpu",
     init_from: str | Path | None = None,
+    select_metric: Callable[[np.ndarray], float] | None = None,
 ) -> TrainResult:
     """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
     data (tests, notebooks); `threads` defaults to every core this process may use; `device`
     is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way).
     `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
-    (fine-tuning on changed data); its network config must equal the recipe's."""
+    (fine-tuning on changed data); its network config must equal the recipe's.
+    `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
+    dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric)."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -542,9 +545,15 @@ def train(
         nonlocal out_of_time
         from training.ood import selection_score
 
-        dev = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
+        if select_metric is None:
+            dev = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
+            dev_score = dev["accuracy"]
+        else:
+            dev_logits = predict_logits(network, dev_data, cfg.eval_batch_size)
+            dev = classification_metrics(dev_data.labels, dev_logits.argmax(-1), labels)
+            dev_score = select_metric(dev_logits)
         ood = evaluate_ood()
-        score = selection_score(dev["accuracy"], ood)
+        score = selection_score(dev_score, ood)
         record = {
             "epoch": epoch,
             "step": step,

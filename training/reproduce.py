@@ -1,0 +1,307 @@
+"""`attserve reproduce`: the ABCNN paper's benchmark rows (Yin et al. 2016, Tables 3, 4, 6),
+trained here and set beside the paper's figures (registered by cli/main.py).
+
+A row is (task, model): task wikiqa | msrp | sick, model one of MODELS (`bcnn-one` ..
+`abcnn-3-two`: variant and number of convolution-pooling blocks), recipe
+`recipes/paper/<task>-<model>.toml`. Each row trains the recipe (model selection on dev: MAP
+for WikiQA, accuracy otherwise), then scores test twice (training.pair_evaluation):
+
+    network     the network's own output. SICK as in sec. 5.4: a second copy of the network
+                trained on NONOVER (the pairs without their shared words), the two combined by
+                a logistic regression fitted on dev (the ORIG network alone: `orig_only`)
+    +features   a logistic regression over the log-probabilities and the task's hand-made
+                features, fitted on dev (all 4 of WikiQA's; a reproducible subset for MSRP and
+                SICK, see training.pair_evaluation)
+
+The paper's Tables 3, 4 and 6 are *with* its features; without them it reports only ABCNN-3
+two-conv (footnotes 6, 8, 9). `--max-train-examples` / `--epochs` give a short run (CI).
+Nothing heavy at import time: the CLI imports this module to list its commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional, Sequence
+
+import typer
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PAPER_RECIPES = REPO_ROOT / "recipes" / "paper"
+TASKS = ("wikiqa", "msrp", "sick")
+MODELS = tuple(f"{v}-{d}" for v in ("bcnn", "abcnn-1", "abcnn-2", "abcnn-3") for d in ("one", "two"))
+DEFAULT_MODELS = ("abcnn-3-two",)
+
+# metric key in the task's metrics -> column name, per task
+METRICS: dict[str, tuple[tuple[str, str], ...]] = {
+    "wikiqa": (("map", "MAP"), ("mrr", "MRR")),
+    "msrp": (("accuracy", "acc"), ("f1", "F1")),
+    "sick": (("accuracy", "acc"),),
+}
+# Tables 3, 4, 6 (with the paper's features): WikiQA (MAP, MRR), MSRP (acc, F1), SICK (acc)
+PAPER_WITH_FEATURES: dict[str, dict[str, dict[str, float]]] = {
+    "wikiqa": {
+        "bcnn-one": {"map": 0.6629, "mrr": 0.6813}, "bcnn-two": {"map": 0.6593, "mrr": 0.6738},
+        "abcnn-1-one": {"map": 0.6810, "mrr": 0.6979}, "abcnn-1-two": {"map": 0.6855, "mrr": 0.7023},
+        "abcnn-2-one": {"map": 0.6885, "mrr": 0.7054}, "abcnn-2-two": {"map": 0.6879, "mrr": 0.7068},
+        "abcnn-3-one": {"map": 0.6914, "mrr": 0.7127}, "abcnn-3-two": {"map": 0.6921, "mrr": 0.7108},
+    },
+    "msrp": {
+        "bcnn-one": {"accuracy": 0.781, "f1": 0.841}, "bcnn-two": {"accuracy": 0.783, "f1": 0.843},
+        "abcnn-1-one": {"accuracy": 0.785, "f1": 0.845}, "abcnn-1-two": {"accuracy": 0.785, "f1": 0.846},
+        "abcnn-2-one": {"accuracy": 0.786, "f1": 0.847}, "abcnn-2-two": {"accuracy": 0.788, "f1": 0.847},
+        "abcnn-3-one": {"accuracy": 0.788, "f1": 0.848}, "abcnn-3-two": {"accuracy": 0.789, "f1": 0.848},
+    },
+    "sick": {
+        "bcnn-one": {"accuracy": 0.848}, "bcnn-two": {"accuracy": 0.850},
+        "abcnn-1-one": {"accuracy": 0.856}, "abcnn-1-two": {"accuracy": 0.858},
+        "abcnn-2-one": {"accuracy": 0.857}, "abcnn-2-two": {"accuracy": 0.858},
+        "abcnn-3-one": {"accuracy": 0.860}, "abcnn-3-two": {"accuracy": 0.862},
+    },
+}
+# Without the features the paper reports ABCNN-3 two-conv only (footnotes 6, 8 and 9)
+PAPER_WITHOUT_FEATURES: dict[str, dict[str, dict[str, float]]] = {
+    "wikiqa": {"abcnn-3-two": {"map": 0.660, "mrr": 0.677}},
+    "msrp": {"abcnn-3-two": {"accuracy": 0.751, "f1": 0.827}},
+    "sick": {"abcnn-3-two": {"accuracy": 0.8463}},
+}
+SETTINGS = ("network", "+features")
+
+
+def recipe_path(task: str, model: str) -> Path:
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {list(TASKS)}")
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; expected one of {list(MODELS)}")
+    return PAPER_RECIPES / f"{task}-{model}.toml"
+
+
+@dataclass
+class RowResult:
+    """One trained (task, model): test metrics of the network alone and with the feature stage."""
+
+    task: str
+    model: str
+    network: dict[str, Any]  # test metrics, network output
+    with_features: dict[str, Any]  # test metrics, feature stage
+    dev_network: dict[str, Any]
+    train_examples: int
+    epochs_run: int
+    best_epoch: int
+    train_wall_s: float
+    row_wall_s: float
+    threads: int
+    device: str
+    command: str
+    feature_names: list[str] = field(default_factory=list)
+    orig_only: dict[str, Any] | None = None  # SICK: the ORIG network alone, without its NONOVER copy
+
+
+def command_for(task: str, model: str, epochs: int | None, max_train_examples: int | None) -> str:
+    parts = ["attserve", "reproduce", task, "--model", model]
+    if epochs is not None:
+        parts += ["--epochs", str(epochs)]
+    if max_train_examples is not None:
+        parts += ["--max-train-examples", str(max_train_examples)]
+    return shlex.join(parts)
+
+
+def run_row(
+    task: str,
+    model: str,
+    out_dir: Path,
+    *,
+    threads: int = 1,
+    epochs: int | None = None,
+    max_train_examples: int | None = None,
+    max_minutes: float | None = None,
+    device: str = "cpu",
+    splits: Any = None,
+    benchmark_root: Path | None = None,
+    cache_dir: Path | None = None,
+    recipe_update: Callable[[Any], Any] | None = None,
+    progress: bool = False,
+) -> RowResult:
+    """Train one row's recipe into `out_dir` and score it on test, with and without features.
+    `splits` replaces the benchmark's files and `recipe_update` the recipe (tests)."""
+    import numpy as np
+
+    from service.tokenization import TextEncoder
+    from training.checkpoint import TOKENIZER_FILE
+    from training.datasets import load_benchmark
+    from training.pair_evaluation import (
+        FEATURE_NAMES,
+        FeatureExtractor,
+        FeatureStage,
+        log_softmax,
+        nonover_examples,
+        selection_metric,
+        task_metrics,
+    )
+    from training.recipes import TrainSection, load_recipe
+    from training.trainer import EncodedExamples, predict_logits, train
+
+    started = time.perf_counter()
+    recipe = load_recipe(recipe_path(task, model))
+    changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples, "max_wall_minutes": max_minutes}.items() if v is not None}
+    if changes:
+        recipe = recipe.model_copy(update={"train": TrainSection.model_validate({**recipe.train.model_dump(), **changes})})
+    if recipe_update is not None:
+        recipe = recipe_update(recipe)
+    splits = splits if splits is not None else load_benchmark(task, benchmark_root)
+    labels = list(splits.labels)
+    dev_gold = [labels.index(e.label) for e in splits.dev]
+
+    def train_and_score(data: Any, folder: Path) -> tuple[Any, Any, Any]:
+        """Train on `data`; the kept network's (dev logits, test logits)."""
+        result = train(recipe, folder, progress=progress, threads=threads, splits=data, cache_dir=cache_dir, device=device,
+                       select_metric=selection_metric(task, data.dev, labels))
+        network = result.network.eval()
+        encoder = TextEncoder.from_file(Path(folder) / TOKENIZER_FILE)
+
+        def logits_of(examples: Sequence[Any]) -> Any:
+            encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None)
+            return predict_logits(network, encoded, recipe.train.eval_batch_size)
+
+        return result, logits_of(data.dev), logits_of(data.test)
+
+    result, dev_logits, test_logits = train_and_score(splits, Path(out_dir))
+    train_wall = result.wall_time_s
+    features = FeatureExtractor.fit(task, splits.train)
+    dev_features, test_features = features(splits.dev), features(splits.test)
+    orig_only = None
+    if task == "sick":
+        # Sec. 5.4: a second copy of the network reads NONOVER (shared words removed) and both
+        # feed one LR layer; here that LR is fitted on dev after both are trained.
+        nonover = replace(splits, name="sick-nonover", **{part: nonover_examples(getattr(splits, part)) for part in ("train", "dev", "test")})
+        nonover_result, nonover_dev, nonover_test = train_and_score(nonover, Path(f"{out_dir}-nonover"))
+        train_wall += nonover_result.wall_time_s
+        orig_only = task_metrics(task, splits.test, labels, test_logits)
+        combined = FeatureStage(seed=recipe.train.seed).fit(dev_logits, log_softmax(nonover_dev), dev_gold)
+        network_test = combined.scores(test_logits, log_softmax(nonover_test), len(labels))
+        network_dev = combined.scores(dev_logits, log_softmax(nonover_dev), len(labels))
+        dev_features = np.concatenate([log_softmax(nonover_dev), dev_features], axis=1)
+        test_features = np.concatenate([log_softmax(nonover_test), test_features], axis=1)
+    else:
+        network_test, network_dev = test_logits, dev_logits
+    stage = FeatureStage(seed=recipe.train.seed).fit(dev_logits, dev_features, dev_gold)
+    test_with_features = stage.scores(test_logits, test_features, len(labels))
+    row = RowResult(
+        task=task,
+        model=model,
+        network=task_metrics(task, splits.test, labels, network_test),
+        with_features=task_metrics(task, splits.test, labels, test_with_features),
+        dev_network=task_metrics(task, splits.dev, labels, network_dev),
+        train_examples=min(len(splits.train), recipe.train.max_train_examples or len(splits.train)),
+        epochs_run=result.epochs_run,
+        best_epoch=result.best_epoch,
+        train_wall_s=round(train_wall, 2),
+        row_wall_s=round(time.perf_counter() - started, 2),
+        threads=threads,
+        device=device,
+        command=command_for(task, model, epochs, max_train_examples),
+        feature_names=list(FEATURE_NAMES[task]),
+        orig_only=orig_only,
+    )
+    (Path(out_dir) / "reproduce.json").write_text(json.dumps(asdict(row), indent=2) + "\n", encoding="utf-8")
+    log.info("reproduced", extra={"task": task, "model": model, "network": row.network, "with_features": row.with_features, "row_wall_s": row.row_wall_s})
+    return row
+
+
+def table_rows(results: Sequence[RowResult]) -> list[dict[str, Any]]:
+    """One line per (row, setting, metric): paper figure (None where the paper gives none),
+    ours, ours - paper."""
+    lines = []
+    for r in results:
+        for setting, ours in zip(SETTINGS, (r.network, r.with_features)):
+            paper_table = PAPER_WITH_FEATURES if setting == "+features" else PAPER_WITHOUT_FEATURES
+            paper = paper_table[r.task].get(r.model, {})
+            for key, name in METRICS[r.task]:
+                figure = paper.get(key)
+                lines.append({
+                    "task": r.task, "model": r.model, "setting": setting, "metric": name,
+                    "paper": figure, "ours": ours[key], "difference": None if figure is None else ours[key] - figure,
+                    "train_wall_s": r.train_wall_s, "command": r.command,
+                })
+    return lines
+
+
+def _fmt(task: str, value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    if task == "wikiqa":  # MAP/MRR as the paper writes them
+        return f"{value:+.4f}" if signed else f"{value:.4f}"
+    return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+
+
+def markdown_table(lines: Sequence[dict[str, Any]]) -> str:
+    out = ["| task | model | setting | metric | paper | ours | difference | train time | command |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for line in lines:
+        t = line["task"]
+        out.append(
+            f"| {t} | {line['model']} | {line['setting']} | {line['metric']} | {_fmt(t, line['paper'])} | {_fmt(t, line['ours'])} | "
+            f"{_fmt(t, line['difference'], signed=True)} | {line['train_wall_s']:.0f} s | `{line['command']}` |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def reproduce(
+    tasks: Annotated[Optional[list[str]], typer.Argument(help="wikiqa, msrp, sick (default: all three).")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help=f"Repeatable; one of {', '.join(MODELS)}, or 'all' (default: abcnn-3-two).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the checkpoints (<task>-<model>/) and results.json.")] = Path("runs/reproduce"),
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+    epochs: Annotated[Optional[int], typer.Option(help="Override the recipes' epochs (short runs).")] = None,
+    max_train_examples: Annotated[Optional[int], typer.Option(help="Train on a seeded subset (short runs).")] = None,
+    max_minutes: Annotated[Optional[float], typer.Option(help="Per-row time budget: stop after the first dev evaluation past it.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+    benchmark_dir: Annotated[Optional[Path], typer.Option("--benchmark-dir", help="Folder with sick/, msrp/, wikiqa/ (default: $ATTSERVE_BENCHMARK_DIR or ../shared/data).")] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write the table as Markdown to this file.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = False,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="GloVe cache (default: $ATTSERVE_DATA_DIR or <repo>/data_cache).")] = None,
+) -> None:
+    """Train the ABCNN paper's benchmark rows (WikiQA, MSRP, SICK) and print paper vs ours."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.datasets import BenchmarkDataMissing
+
+    tasks = tasks or list(TASKS)
+    models = list(MODELS) if model and "all" in model else (model or list(DEFAULT_MODELS))
+    for name in tasks:
+        if name not in TASKS:
+            raise typer.BadParameter(f"unknown task {name!r}; expected one of {list(TASKS)}", param_hint="TASKS")
+    for name in models:
+        if name not in MODELS:
+            raise typer.BadParameter(f"unknown model {name!r}; expected one of {list(MODELS)} or 'all'", param_hint="--model")
+    results = []
+    for task in tasks:
+        for name in models:
+            try:
+                results.append(run_row(task, name, out / f"{task}-{name}", threads=threads, epochs=epochs,
+                                       max_train_examples=max_train_examples, max_minutes=max_minutes, device=device,
+                                       benchmark_root=benchmark_dir, cache_dir=data_dir, progress=progress))
+            except BenchmarkDataMissing as exc:
+                typer.echo(f"attserve reproduce: {exc}", err=True)
+                raise typer.Exit(1) from exc
+    lines = table_rows(results)
+    table = Table(title="ABCNN (Yin et al. 2016): paper vs ours, test set")
+    for column in ("task", "model", "setting", "metric", "paper", "ours", "difference", "train time", "command"):
+        table.add_column(column, justify="right" if column in ("paper", "ours", "difference", "train time") else "left")
+    for line in lines:
+        t = line["task"]
+        table.add_row(t, line["model"], line["setting"], line["metric"], _fmt(t, line["paper"]), _fmt(t, line["ours"]),
+                      _fmt(t, line["difference"], signed=True), f"{line['train_wall_s']:.0f} s", line["command"])
+    Console(width=220).print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"rows": [asdict(r) for r in results], "table": lines}, indent=2) + "\n", encoding="utf-8")
+    if markdown is not None:
+        markdown.write_text(markdown_table(lines), encoding="utf-8")
+
+
+__all__ = ["reproduce", "run_row", "table_rows", "markdown_table", "MODELS", "TASKS", "PAPER_WITH_FEATURES", "PAPER_WITHOUT_FEATURES"]
