@@ -1,0 +1,144 @@
+"""The six bundles in model_repository/, served for real in-process: they all load and carry a
+card, every answer printed in the README's API section is what they answer now (label exact,
+scores to the README's 4 decimals), and the default /verify model keeps the behaviour that
+decided which verification model ships (an unrelated sentence beside a supporting one must
+not turn SUPPORTS into REFUTES).
+
+The README is the source of the expected answers: change a bundle and this test names the
+README lines to update. `python tests/test_shipped_models.py` prints the current answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bundles import running_app  # noqa: E402
+from service.settings import Settings  # noqa: E402
+
+REPOSITORY = ROOT / "model_repository"
+README = ROOT / "README.md"
+SHIPPED = {"snli-attconv-advanced", "snli-attconv-light", "snli-abcnn3", "snli-verification-attconv", "bbc-act", "tweets-act"}
+SCORE_TOLERANCE = 6e-5  # README rounds to 4 decimals; onnxruntime CPU builds may differ in the last ulp
+
+# (claim, evidence, label) the default /verify model must answer. Chosen before comparing the
+# candidate models; the retrained model (recipes/snli-verification-attconv.toml) failed the
+# first, third and sixth, the shipped one passes all of these.
+VERIFY_BEHAVIOUR = [
+    ("A dog is running in the snow.", ["Two people sit at a cafe table.", "A brown dog runs through deep snow.", "A child paints a fence."], "SUPPORTS"),
+    ("A dog is running in the snow.", ["A brown dog runs through deep snow."], "SUPPORTS"),
+    ("A dog is running in the snow.", ["A brown dog runs through deep snow.", "A child paints a fence."], "SUPPORTS"),
+    ("A dog is running in the snow.", ["A brown dog sleeps on a couch indoors."], "REFUTES"),
+    ("A dog is running in the snow.", ["A brown dog sleeps on a couch indoors.", "Two people sit at a cafe table."], "REFUTES"),
+    ("A dog is running in the snow.", ["Two people sit at a cafe table.", "A child paints a fence."], "NOT ENOUGH INFO"),
+    ("The woman is outdoors.", ["A woman walks her dog in the park.", "A man reads a newspaper on a train."], "SUPPORTS"),
+]
+
+
+def readme_examples(text: str) -> list[tuple[str, dict, object, int]]:
+    """(path, request body, expected answer, README line) for each `curl ... -d '...'` in the
+    README followed by its answer as `# ...` comment lines."""
+    lines = text.splitlines()
+    examples = []
+    i = 0
+    while i < len(lines):
+        match = re.match(r"curl -s localhost:8000(/\w+) .*\\$", lines[i])
+        if not match:
+            i += 1
+            continue
+        start = i
+        body_match = re.match(r"\s+-d '(.*)'$", lines[i + 1])
+        assert body_match, f"README line {i + 2}: expected a -d '...' body"
+        answer = []
+        i += 2
+        while i < len(lines) and lines[i].startswith("#"):
+            answer.append(lines[i][1:].strip())
+            i += 1
+        examples.append((match.group(1), json.loads(body_match.group(1)), json.loads("".join(answer)), start + 1))
+    return examples
+
+
+def assert_same_answer(got, want, where: str) -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{where}: keys {sorted(got)} != {sorted(want)}"
+        for key in want:
+            assert_same_answer(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
+        for n, (g, w) in enumerate(zip(got, want)):
+            assert_same_answer(g, w, f"{where}[{n}]")
+    elif isinstance(want, float):
+        assert abs(got - want) <= SCORE_TOLERANCE, f"{where}: now {got:.4f}, README says {want}"
+    else:
+        assert got == want, f"{where}: now {got!r}, README says {want!r}"
+
+
+def rounded(answer):
+    if isinstance(answer, dict):
+        return {k: rounded(v) for k, v in answer.items()}
+    if isinstance(answer, list):
+        return [rounded(v) for v in answer]
+    return round(answer, 4) if isinstance(answer, float) else answer
+
+
+async def answers(requests: list[tuple[str, dict]]) -> tuple[list, dict]:
+    async with running_app(Settings(model_repository=REPOSITORY, max_batch_delay_ms=1)) as (app, client):
+        assert (await client.get("/health/ready")).status_code == 200
+        models = (await client.get("/v1/models")).json()
+        out = []
+        for path, body in requests:
+            r = await client.post(path, json=body)
+            assert r.status_code == 200, r.text
+            out.append(r.json())
+        return out, models
+
+
+@pytest.fixture(scope="module")
+def served():
+    examples = readme_examples(README.read_text(encoding="utf-8"))
+    probes = [("/verify", {"claim": c, "evidence": e}) for c, e, _ in VERIFY_BEHAVIOUR]
+    got, models = asyncio.run(answers([(p, b) for p, b, _, _ in examples] + probes))
+    return examples, got[: len(examples)], got[len(examples):], models
+
+
+def test_every_shipped_bundle_loads_with_a_card(served):
+    _, _, _, models = served
+    entries = {m["name"]: m for m in models["models"]}
+    assert set(entries) == SHIPPED
+    for name, entry in entries.items():
+        assert entry["status"] == "ready", (name, entry.get("error"))
+        card = entry.get("card") or {}
+        assert card.get("in_domain", {}).get("test", {}).get("accuracy", 0) > 0.5, name
+        assert card.get("known_failure_modes"), f"{name}: card lists no failure modes"
+    defaults = {m["task"]: m["name"] for m in models["models"] if m.get("default")}
+    assert defaults == {"entailment": "snli-attconv-advanced", "verification": "snli-verification-attconv", "classification": "bbc-act"}
+
+
+def test_readme_answers_are_what_the_shipped_models_answer(served):
+    examples, got, _, _ = served
+    assert len(examples) >= 4, "the README's API section lost its examples"
+    for (path, _, want, line), answer in zip(examples, got):
+        assert_same_answer(answer, want, f"README line {line} ({path})")
+
+
+@pytest.mark.parametrize("case", range(len(VERIFY_BEHAVIOUR)))
+def test_default_verify_model_keeps_the_behaviour_it_was_chosen_for(served, case):
+    _, _, probes, _ = served
+    claim, evidence, label = VERIFY_BEHAVIOUR[case]
+    answer = probes[case]
+    assert answer["model"] == "snli-verification-attconv"
+    assert answer["label"] == label, f"{claim!r} with {evidence!r}: {answer['scores']}"
+
+
+if __name__ == "__main__":
+    examples = readme_examples(README.read_text(encoding="utf-8"))
+    got, _ = asyncio.run(answers([(p, b) for p, b, _, _ in examples]))
+    for (path, body, _, line), answer in zip(examples, got):
+        print(f"README line {line} {path}: {json.dumps(rounded(answer), separators=(',', ':'))}")
