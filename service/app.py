@@ -38,6 +38,13 @@ log = logging.getLogger("service.app")
 # Paths of the inference endpoints -> the `endpoint` metric label.
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 ENDPOINTS = {"/classify": "classify", "/entailment": "entailment", "/verify": "verify"}
+# Open Inference Protocol inference (service.oip): one `endpoint` label for every model
+_V2_INFER = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
+
+
+def endpoint_of(path: str) -> str | None:
+    """The `endpoint` metric label of an inference path, None for other paths."""
+    return ENDPOINTS.get(path) or ("v2_infer" if _V2_INFER.match(path) else None)
 TASK_OF_ENDPOINT = {"classify": "classification", "entailment": "entailment", "verify": "verification"}
 
 
@@ -248,7 +255,7 @@ class RequestMetricsMiddleware:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = ENDPOINTS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        endpoint = endpoint_of(scope.get("path", "")) if scope["type"] == "http" else None
         if endpoint is None:
             await self.app(scope, receive, send)
             return
@@ -374,17 +381,20 @@ class BodyLimitMiddleware:
                      headers: dict[str, str] | None = None) -> None:
         # connection: close, because the rest of the body may still come and must not be read
         # as the next request
-        response = error_response(status, code, message, {**(headers or {}), "Connection": "close"})
+        response = error_response(status, code, message, {**(headers or {}), "Connection": "close"},
+                                  path=scope.get("path", ""))
         await response(scope, receive, send)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, "body_too_large", f"request body over {self.max_bytes} bytes")
+        response = error_response(413, "body_too_large", f"request body over {self.max_bytes} bytes",
+                                  path=scope.get("path", ""))
         await response(scope, receive, send)
 
 
 # --- the app --------------------------------------------------------------------------------
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    from service.oip import router as oip_router
     from service.routes import router
 
     settings = settings or Settings()
@@ -416,6 +426,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.service = service
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(oip_router)
     # Outermost first: metrics also see the 413s of the body limit.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, service=service)
     app.add_middleware(RequestMetricsMiddleware, metrics=service.metrics)

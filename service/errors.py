@@ -77,7 +77,11 @@ class InferenceFailed(ServiceError):
     status, code = 500, "inference_failed"
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                   path: str = "") -> JSONResponse:
+    """The task API's error body; under /v2 the Open Inference Protocol's `{"error": "..."}`."""
+    if path == "/v2" or path.startswith("/v2/"):
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
@@ -98,11 +102,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
         if exc.status >= 500 and exc.status != 503:
             log.error("request failed", extra={"path": request.url.path, "code": exc.code, "detail": exc.message})
-        return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return error_response(exc.status, exc.code, exc.message, exc.headers, path=request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_input", _validation_message(exc))
+        return error_response(422, "invalid_input", _validation_message(exc), path=request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -110,13 +114,13 @@ def install_error_handlers(app: FastAPI) -> None:
             # FastAPI's answer to a body json.loads cannot take beyond a JSON syntax error
             # (invalid UTF-8, nesting too deep): malformed JSON, so the same 422 as a syntax error
             cause = type(exc.__cause__).__name__ if exc.__cause__ else "unparseable body"
-            return error_response(422, "invalid_input", f"body: not valid UTF-8 JSON ({cause})")
+            return error_response(422, "invalid_input", f"body: not valid UTF-8 JSON ({cause})", path=request.url.path)
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None), path=request.url.path)
 
     # Starlette runs this one in its outermost ServerErrorMiddleware: the client gets the JSON
     # body and the exception is still re-raised to the server, which logs it and carries on.
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path, "error_type": type(exc).__name__})
-        return error_response(500, "internal_error", "internal server error")
+        return error_response(500, "internal_error", "internal server error", path=request.url.path)

@@ -58,7 +58,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 # text fields of each task's input, in graph-input order
-_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim", "evidence")}
+TASK_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim", "evidence")}
 
 
 def _service(request: Request) -> Service:
@@ -106,7 +106,7 @@ def _texts(x: Any, task: str) -> list[str]:
     """Every text of one input."""
     if task == "verification":
         return [x.claim, *x.evidence]
-    return [getattr(x, field) for field in _FIELDS[task]]
+    return [getattr(x, field) for field in TASK_FIELDS[task]]
 
 
 def _check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:
@@ -115,7 +115,7 @@ def _check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: 
     budget = max_request_chars
     for i, x in enumerate(inputs):
         prefix = f"inputs[{i}]." if batch else ""
-        named = [(f, getattr(x, f)) for f in _FIELDS[task] if f != "evidence"]
+        named = [(f, getattr(x, f)) for f in TASK_FIELDS[task] if f != "evidence"]
         if task == "verification":
             named += [(f"evidence[{k}]", t) for k, t in enumerate(x.evidence)]
         for field, text in named:
@@ -140,7 +140,7 @@ def _encode(entry: ModelEntry, inputs: Sequence[Any]) -> tuple[list[list], list[
     """Token ids per input (per graph input) and whether each input lost tokens."""
     runtime = entry.runtime
     task = entry.config.task
-    fields = _FIELDS[task]
+    fields = TASK_FIELDS[task]
     per_field: list[list] = []
     truncated = [False] * len(inputs)
     for field, input_name in zip(fields, entry.config.inputs):
@@ -175,9 +175,23 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
     task = {"classify": "classification", "entailment": "entailment", "verify": "verification"}[endpoint]
     entry = service.resolve(body.model, task)
-    request.state.attserve_model = entry.name
     batch = hasattr(body, "inputs")
-    inputs = body.inputs if batch else [body]
+    results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch)
+    # Rendered here rather than by FastAPI's response_model: the answer is built to the schema
+    # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
+    return JSONResponse({"results": results} if batch else results[0], headers=headers)
+
+
+async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
+                     batch: bool) -> tuple[list[dict], dict[str, str]]:
+    """Checks, tokenizes and runs `inputs` (objects with the task's fields as attributes) on
+    `entry`'s batcher: the answers in input order and the timing headers. The task API and
+    the Open Inference Protocol (service.oip) both answer through here."""
+    service = _service(request)
+    if service.draining:
+        raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
+    task = entry.config.task
+    request.state.attserve_model = entry.name
     settings = service.settings
     if len(inputs) > settings.max_inputs_per_request:
         raise TooManyInputs(f"{len(inputs)} inputs; at most {settings.max_inputs_per_request} per request")
@@ -226,9 +240,7 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
         "x-queue-time": f"{max(d.queue_s for d in done) * 1000:.3f}",
         "x-inference-time": f"{sum(batch_times.values()) * 1000:.3f}",
     }
-    # Rendered here rather than by FastAPI's response_model: the answer is built to the schema
-    # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
-    return JSONResponse({"results": results} if batch else results[0], headers=headers)
+    return results, headers
 
 
 @router.post("/classify", response_model=Union[Prediction, BatchPredictions], responses=_ERRORS, tags=["inference"])

@@ -1,0 +1,421 @@
+"""The Open Inference Protocol (KServe v2, the HTTP protocol of Triton, KServe and MLServer)
+beside the task API, answered by the same models, batchers and checks (routes.run_inputs).
+
+Tensors of a model (`GET /v2/models/{name}` lists them):
+
+    inputs   the task's text fields, datatype BYTES (UTF-8):
+               classification  text [n]
+               entailment      premise [n], hypothesis [n]
+               verification    claim [n], evidence [n, k]: claim i's evidence is row i, ragged
+                               lists padded with empty strings ("" is never valid evidence, so
+                               padding cannot be mistaken for a sentence); [n] means one each
+    outputs  label [n] BYTES, scores [n, labels] FP32 (the labels in the model's order, as in
+             the metadata's `parameters.labels`), truncated [n] BOOL, and for verification
+             evidence_scores [n, k] FP32 (0 for padding)
+
+Text fields may also be shaped [n, 1]. The binary tensor data extension is supported both
+ways (what `tritonclient` sends and asks for by default): an input with
+`parameters.binary_data_size` is read from the bytes after the JSON header
+(`Inference-Header-Content-Length`), BYTES elements as 4-byte little-endian length + bytes;
+outputs are binary when the request sets `parameters.binary_data_output` or an output's
+`parameters.binary_data`. Errors are `{"error": "..."}` (service.errors) with the task
+API's status codes; a readiness answer of false is 400, as the protocol says (4xx = false).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from service.app import ModelEntry, Service
+from service.errors import InvalidInput, ServiceError
+from service.routes import TASK_FIELDS, run_inputs
+
+router = APIRouter(prefix="/v2", tags=["open inference protocol"])
+
+SERVER_NAME = "attserve"
+EXTENSIONS = ["binary_tensor_data"]
+HEADER_LENGTH = "inference-header-content-length"
+
+
+class ModelNotFound(ServiceError):
+    status, code = 404, "model_not_found"
+
+
+class BadInferRequest(ServiceError):
+    status, code = 400, "invalid_request"
+
+
+class _Tensor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    data: Any = None
+
+
+class _RequestedOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class _InferRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    inputs: list[_Tensor] = Field(min_length=1)
+    outputs: list[_RequestedOutput] | None = None
+
+
+# --- documented answers (OpenAPI) ------------------------------------------------------------------
+
+class ErrorV2(BaseModel):
+    error: str
+
+
+class ServerMetadata(BaseModel):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class Liveness(BaseModel):
+    live: bool
+
+
+class Readiness(BaseModel):
+    ready: bool
+
+
+class ModelReadiness(BaseModel):
+    name: str
+    ready: bool
+
+
+class TensorMetadata(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+    parameters: dict[str, Any]
+
+
+class OutputTensor(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+    data: list[Any] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class InferResponse(BaseModel):
+    model_name: str
+    model_version: str
+    id: str | None = None
+    outputs: list[OutputTensor]
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorV2} for status in statuses}
+
+
+def _inline_schema(model: type[BaseModel]) -> dict:
+    """The JSON schema with its $defs inlined (an OpenAPI requestBody declared by hand cannot
+    point into pydantic's $defs)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(defs[node["$ref"].rsplit("/", 1)[1]])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _entry(request: Request, name: str, version: str | None, ready: bool = True) -> ModelEntry:
+    entry = _service(request).models.get(name)
+    if entry is None or entry.config is None:
+        raise ModelNotFound(f"unknown model {name[:64]!r}")
+    if version is not None and version != entry.config.version:
+        raise ModelNotFound(f"model {name!r} has version {entry.config.version!r}, not {version[:64]!r}")
+    if ready:
+        # resolve() gives the task API's checks (still loading, failed) and statuses
+        return _service(request).resolve(name, entry.config.task)
+    return entry
+
+
+def output_names(task: str) -> list[str]:
+    return ["label", "scores", "truncated"] + (["evidence_scores"] if task == "verification" else [])
+
+
+def _metadata(entry: ModelEntry) -> dict:
+    config = entry.config
+    inputs = [{"name": field, "datatype": "BYTES", "shape": [-1, -1] if field == "evidence" else [-1]}
+              for field in TASK_FIELDS[config.task]]
+    shapes = {"label": ("BYTES", [-1]), "scores": ("FP32", [-1, len(config.labels)]),
+              "truncated": ("BOOL", [-1]), "evidence_scores": ("FP32", [-1, -1])}
+    outputs = [{"name": n, "datatype": shapes[n][0], "shape": shapes[n][1]} for n in output_names(config.task)]
+    return {"name": entry.name, "versions": [config.version], "platform": "onnxruntime_onnx",
+            "inputs": inputs, "outputs": outputs,
+            "parameters": {"task": config.task, "labels": list(config.labels), "architecture": config.architecture}}
+
+
+# --- routes -----------------------------------------------------------------------------------
+
+@router.get("", response_model=ServerMetadata)
+async def server_metadata(request: Request) -> dict:
+    return {"name": SERVER_NAME, "version": request.app.version, "extensions": EXTENSIONS}
+
+
+@router.get("/health/live", response_model=Liveness)
+async def server_live() -> dict:
+    return {"live": True}
+
+
+@router.get("/health/ready", response_model=Readiness, responses={400: {"model": Readiness}})
+async def server_ready(request: Request) -> JSONResponse:
+    service = _service(request)
+    ready = service.loaded and not service.draining and all(e.status == "ready" for e in service.models.values())
+    return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
+
+
+@router.get("/models/{name}", response_model=ModelMetadata, responses=_errors(404))
+@router.get("/models/{name}/versions/{version}", response_model=ModelMetadata, responses=_errors(404))
+async def model_metadata(request: Request, name: str, version: str | None = None) -> dict:
+    return _metadata(_entry(request, name, version, ready=False))
+
+
+@router.get("/models/{name}/ready", response_model=ModelReadiness,
+            responses={400: {"model": ModelReadiness}, **_errors(404)})
+@router.get("/models/{name}/versions/{version}/ready", response_model=ModelReadiness,
+            responses={400: {"model": ModelReadiness}, **_errors(404)})
+async def model_ready(request: Request, name: str, version: str | None = None) -> JSONResponse:
+    entry = _entry(request, name, version, ready=False)
+    ready = entry.status == "ready" and not _service(request).draining
+    return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
+
+
+_INFER_DOC: dict[str, Any] = {
+    "response_model": InferResponse,
+    "responses": {200: {"content": {"application/octet-stream": {}}}, **_errors(400, 404, 413, 422, 429, 503, 504)},
+    # the body is read raw (JSON, or a JSON header + binary tensors): declared here for clients
+    "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {"schema": _inline_schema(_InferRequest)}}}},
+}
+
+
+@router.post("/models/{name}/infer", **_INFER_DOC)
+@router.post("/models/{name}/versions/{version}/infer", **_INFER_DOC)
+async def infer(request: Request, name: str, version: str | None = None) -> Response:
+    entry = _entry(request, name, version)
+    raw = await request.body()
+    infer_request, binary = _parse(raw, request.headers.get(HEADER_LENGTH))
+    task = entry.config.task
+    columns, n, k = _columns(infer_request, binary, task)
+    inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASK_FIELDS[task]}) for i in range(n)]
+    results, headers = await run_inputs(request, entry, inputs, "v2_infer", batch=n > 1)
+    return _respond(entry, infer_request, results, k, headers)
+
+
+# --- request decoding ---------------------------------------------------------------------------
+
+def _parse(raw: bytes, header_length: str | None) -> tuple[_InferRequest, bytes]:
+    if header_length is not None:
+        try:
+            size = int(header_length)
+        except ValueError:
+            size = -1
+        if not 0 < size <= len(raw):
+            raise BadInferRequest(f"{HEADER_LENGTH} {header_length[:20]!r} is not a length within the body ({len(raw)} bytes)")
+        head, binary = raw[:size], raw[size:]
+    else:
+        head, binary = raw, b""
+    try:
+        document = json.loads(head)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInferRequest(f"the inference request is not valid JSON ({type(exc).__name__})") from None
+    try:
+        return _InferRequest.model_validate(document), binary
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ())) or "request"
+        raise BadInferRequest(f"{where}: {err.get('msg', 'invalid')} ({exc.error_count()} problem(s))") from None
+
+
+def _flatten(data: Any) -> list:
+    if isinstance(data, list):
+        out = []
+        for item in data:
+            out.extend(_flatten(item))
+        return out
+    return [data]
+
+
+def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int) -> tuple[list[str], int]:
+    """The tensor's elements as str, and the binary offset after it."""
+    size = tensor.parameters.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+            raise BadInferRequest(f"input {tensor.name!r}: binary_data_size {size!r} runs past the body's binary part")
+        chunk, at, values = binary[offset : offset + size], 0, []
+        while at < len(chunk):
+            if at + 4 > len(chunk):
+                raise BadInferRequest(f"input {tensor.name!r}: truncated BYTES element length")
+            (length,) = struct.unpack_from("<I", chunk, at)
+            at += 4
+            if at + length > len(chunk):
+                raise BadInferRequest(f"input {tensor.name!r}: a BYTES element runs past its data")
+            values.append(chunk[at : at + length])
+            at += length
+        offset += size
+    else:
+        if tensor.data is None:
+            raise BadInferRequest(f"input {tensor.name!r}: no data and no binary_data_size")
+        values = _flatten(tensor.data)
+    texts = []
+    for value in values:
+        if isinstance(value, (bytes, bytearray)):
+            try:
+                value = bytes(value).decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadInferRequest(f"input {tensor.name!r}: an element is not UTF-8 text") from None
+        if not isinstance(value, str):
+            raise BadInferRequest(f"input {tensor.name!r}: BYTES elements must be strings, got {type(value).__name__}")
+        texts.append(value)
+    return texts, offset
+
+
+def _columns(req: _InferRequest, binary: bytes, task: str) -> tuple[dict[str, list], int, int]:
+    """The task's fields, one value per input (evidence: a list per claim), the input count n
+    and the evidence width k (0 for other tasks)."""
+    fields = TASK_FIELDS[task]
+    names = [t.name for t in req.inputs]
+    if sorted(names) != sorted(fields):
+        raise BadInferRequest(f"inputs {names}: a {task} model takes exactly {list(fields)} (BYTES)")
+    columns: dict[str, list] = {}
+    n_of: dict[str, int] = {}
+    k = 0
+    offset = 0
+    for tensor in req.inputs:  # binary parts follow the inputs' order
+        if tensor.datatype != "BYTES":
+            raise BadInferRequest(f"input {tensor.name!r}: datatype {tensor.datatype[:16]!r}; text inputs are BYTES")
+        if not tensor.shape or any(d < 0 for d in tensor.shape):
+            raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} must be non-empty and non-negative")
+        values, offset = _bytes_elements(tensor, binary, offset)
+        if len(values) != math.prod(tensor.shape):
+            raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} holds {math.prod(tensor.shape)} "
+                                  f"elements, the data {len(values)}")
+        rows = tensor.shape[0]
+        if tensor.name == "evidence":
+            if len(tensor.shape) > 2:
+                raise BadInferRequest(f"input 'evidence': shape {tensor.shape}; use [n] or [n, k] (rows padded with \"\")")
+            k = tensor.shape[1] if len(tensor.shape) == 2 else 1
+            lists = [values[i * k : (i + 1) * k] for i in range(rows)]
+            # padding ("") only after the sentences of a row
+            cleaned = []
+            for i, row in enumerate(lists):
+                sentences = [s for s in row if s != ""]
+                if row[: len(sentences)] != sentences:
+                    raise BadInferRequest(f"input 'evidence' row {i}: empty strings pad the end of a row only")
+                if not sentences:
+                    raise InvalidInput(f"evidence row {i}: no evidence sentence")
+                cleaned.append(sentences)
+            columns["evidence"] = cleaned
+        else:
+            if len(tensor.shape) > 2 or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
+                raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape}; use [n] or [n, 1]")
+            columns[tensor.name] = values
+        n_of[tensor.name] = rows
+    if len(set(n_of.values())) != 1:
+        raise BadInferRequest(f"inputs disagree on the batch size: {n_of}")
+    n = next(iter(n_of.values()))
+    if n < 1:
+        raise BadInferRequest("the batch is empty")
+    if len(binary) != offset:
+        raise BadInferRequest(f"{len(binary) - offset} bytes after the JSON header belong to no input")
+    return columns, n, k
+
+
+# --- response encoding --------------------------------------------------------------------------
+
+def _serialize_bytes(values: list[str]) -> bytes:
+    parts = []
+    for value in values:
+        data = value.encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def _respond(entry: ModelEntry, req: _InferRequest, results: list[dict], k: int, headers: dict[str, str]) -> Response:
+    config = entry.config
+    available = output_names(config.task)
+    binary_default = bool(req.parameters.get("binary_data_output", False))
+    if req.outputs is None:
+        wanted = [(name, binary_default) for name in available]
+    else:
+        wanted = []
+        for out in req.outputs:
+            if out.name not in available:
+                raise BadInferRequest(f"output {out.name[:64]!r}: model {entry.name!r} has {available}")
+            wanted.append((out.name, bool(out.parameters.get("binary_data", binary_default))))
+    n = len(results)
+    tensors: dict[str, tuple[str, list[int], Any]] = {
+        "label": ("BYTES", [n], [r["label"] for r in results]),
+        "scores": ("FP32", [n, len(config.labels)],
+                   np.asarray([[r["scores"][label] for label in config.labels] for r in results], dtype=np.float32)),
+        "truncated": ("BOOL", [n], np.asarray([r["truncated"] for r in results], dtype=bool)),
+    }
+    if config.task == "verification":
+        evidence = np.zeros((n, k), dtype=np.float32)
+        for i, r in enumerate(results):
+            evidence[i, : len(r["evidence_scores"])] = r["evidence_scores"]
+        tensors["evidence_scores"] = ("FP32", [n, k], evidence)
+
+    outputs, blobs = [], []
+    for name, binary in wanted:
+        datatype, shape, value = tensors[name]
+        entry_json: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
+        if binary:
+            blob = _serialize_bytes(value) if datatype == "BYTES" else np.ascontiguousarray(value).tobytes()
+            entry_json["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry_json["data"] = value if datatype == "BYTES" else value.reshape(-1).tolist()
+        outputs.append(entry_json)
+    answer: dict[str, Any] = {"model_name": entry.name, "model_version": config.version, "outputs": outputs}
+    if req.id is not None:
+        answer["id"] = req.id
+    head = json.dumps(answer, separators=(",", ":")).encode()
+    if not blobs:
+        return Response(head, media_type="application/json", headers=headers)
+    return Response(head + b"".join(blobs), media_type="application/octet-stream",
+                    headers={**headers, HEADER_LENGTH: str(len(head))})

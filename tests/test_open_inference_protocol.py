@@ -1,0 +1,190 @@
+"""The Open Inference Protocol (KServe v2) endpoints, called by the real Triton client
+(`tritonclient[http]`) against `python -m service` serving the shipped bundles: the answers
+equal the task API's for each task, single and batched, in JSON and in binary tensors; the
+metadata, readiness and error forms are the protocol's."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_service_process import free_port, start_service, wait_ready  # noqa: E402
+
+tritonclient_http = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+
+ENTAILMENT = [("A man is playing a guitar on stage.", "A man is performing music."),
+              ("Two dogs run through a field.", "The animals are asleep."),
+              ("A woman reads a book in a quiet library at night.", "Someone is reading.")]
+CLAIMS = [("A dog is running in the snow.", ["Two people sit at a cafe table.", "A brown dog runs through deep snow.", "A child paints a fence."]),
+          ("The woman is outdoors.", ["A woman walks her dog in the park."])]
+TEXTS = ["Shares in the bank fell sharply after it reported a loss for the quarter.",
+         "The striker scored twice in the second half to win the cup final."]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = start_service(REPOSITORY, port, ATTSERVE_MAX_BATCH_DELAY_MS="2")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, base, timeout_s=120)
+        yield base, tritonclient_http.InferenceServerClient(url=f"127.0.0.1:{port}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _bytes_input(name: str, values, binary: bool):
+    array = np.asarray(values, dtype=object)
+    tensor = tritonclient_http.InferInput(name, list(array.shape), "BYTES")
+    tensor.set_data_from_numpy(array, binary_data=binary)
+    return tensor
+
+
+def _task_answers(base: str, path: str, inputs: list[dict], model: str) -> list[dict]:
+    r = httpx.post(f"{base}{path}", json={"inputs": inputs, "model": model}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def _check(result, model: str, expected: list[dict], labels: list[str]) -> None:
+    got_labels = [x.decode() if isinstance(x, bytes) else x for x in result.as_numpy("label").reshape(-1)]
+    scores = result.as_numpy("scores")
+    truncated = result.as_numpy("truncated")
+    assert scores.dtype == np.float32 and scores.shape == (len(expected), len(labels))
+    assert got_labels == [e["label"] for e in expected]
+    for row, e in zip(scores, expected):
+        # FP32 tensor vs the task API's JSON float: equal to float32 precision
+        np.testing.assert_allclose(row, [e["scores"][label] for label in labels], rtol=0, atol=1e-6)
+    assert truncated.tolist() == [e["truncated"] for e in expected]
+    assert result.get_response()["model_name"] == model
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_triton_client_answers_equal_the_task_api_for_every_task(server, binary):
+    base, client = server
+    assert client.is_server_live() and client.is_server_ready()
+
+    for model, n in (("snli-attconv-advanced", 1), ("snli-abcnn3", 3)):
+        pairs = ENTAILMENT[:n]
+        expected = _task_answers(base, "/entailment", [{"premise": p, "hypothesis": h} for p, h in pairs], model)
+        labels = client.get_model_metadata(model)["parameters"]["labels"]
+        result = client.infer(model, [_bytes_input("premise", [p for p, _ in pairs], binary),
+                                      _bytes_input("hypothesis", [h for _, h in pairs], binary)])
+        _check(result, model, expected, labels)
+
+    for n in (1, 2):
+        texts = TEXTS[:n]
+        expected = _task_answers(base, "/classify", [{"text": t} for t in texts], "bbc-act")
+        result = client.infer("bbc-act", [_bytes_input("text", texts, binary)])
+        _check(result, "bbc-act", expected, client.get_model_metadata("bbc-act")["parameters"]["labels"])
+
+    for n in (1, 2):
+        claims = CLAIMS[:n]
+        width = max(len(ev) for _, ev in claims)
+        padded = [ev + [""] * (width - len(ev)) for _, ev in claims]
+        expected = _task_answers(base, "/verify", [{"claim": c, "evidence": ev} for c, ev in claims],
+                                 "snli-verification-attconv")
+        result = client.infer("snli-verification-attconv",
+                              [_bytes_input("claim", [c for c, _ in claims], binary), _bytes_input("evidence", padded, binary)])
+        labels = client.get_model_metadata("snli-verification-attconv")["parameters"]["labels"]
+        _check(result, "snli-verification-attconv", expected, labels)
+        evidence_scores = result.as_numpy("evidence_scores")
+        assert evidence_scores.shape == (n, width)
+        for row, e in zip(evidence_scores, expected):
+            k = len(e["evidence_scores"])
+            np.testing.assert_allclose(row[:k], e["evidence_scores"], rtol=0, atol=1e-6)
+            assert not row[k:].any(), "padding evidence got a score"
+
+
+def test_requested_outputs_only_and_request_id(server):
+    base, client = server
+    result = client.infer("bbc-act", [_bytes_input("text", TEXTS, False)], request_id="req-7",
+                          outputs=[tritonclient_http.InferRequestedOutput("label", binary_data=False)])
+    response = result.get_response()
+    assert response["id"] == "req-7"
+    assert [o["name"] for o in response["outputs"]] == ["label"]
+    assert result.as_numpy("scores") is None
+
+
+def test_metadata_and_readiness_follow_the_protocol(server):
+    base, client = server
+    meta = client.get_server_metadata()
+    assert meta["name"] == "attserve" and "binary_tensor_data" in meta["extensions"]
+    models = httpx.get(f"{base}/v1/models").json()["models"]
+    for entry in models:
+        meta = client.get_model_metadata(entry["name"])
+        assert meta["versions"] == [entry["version"]]
+        assert meta["parameters"]["labels"] == entry["labels"]
+        fields = {"classification": ["text"], "entailment": ["premise", "hypothesis"],
+                  "verification": ["claim", "evidence"]}[entry["task"]]
+        assert [t["name"] for t in meta["inputs"]] == fields
+        assert all(t["datatype"] == "BYTES" for t in meta["inputs"])
+        scores = next(t for t in meta["outputs"] if t["name"] == "scores")
+        assert scores == {"name": "scores", "datatype": "FP32", "shape": [-1, len(entry["labels"])]}
+        assert client.is_model_ready(entry["name"])
+        assert client.is_model_ready(entry["name"], model_version=entry["version"])
+        assert not client.is_model_ready(entry["name"], model_version="0")
+    assert not client.is_model_ready("no-such-model")
+
+
+def test_errors_are_the_protocols_error_form(server):
+    base, client = server
+    url = f"{base}/v2/models/snli-attconv-advanced/infer"
+
+    def error(response, status):
+        assert response.status_code == status, response.text
+        body = response.json()
+        assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"]
+        return body["error"]
+
+    good = {"name": "premise", "shape": [1], "datatype": "BYTES", "data": ["A man sleeps."]}
+    assert "hypothesis" in error(httpx.post(url, json={"inputs": [good]}), 400)
+    wrong_type = {"name": "hypothesis", "shape": [1], "datatype": "INT32", "data": [3]}
+    assert "BYTES" in error(httpx.post(url, json={"inputs": [good, wrong_type]}), 400)
+    short = {"name": "hypothesis", "shape": [2], "datatype": "BYTES", "data": ["A man is asleep."]}
+    assert "shape" in error(httpx.post(url, json={"inputs": [good, short]}), 400)
+    blank = {"name": "hypothesis", "shape": [1], "datatype": "BYTES", "data": ["   "]}
+    assert "visible" in error(httpx.post(url, json={"inputs": [good, blank]}), 422)
+    assert "JSON" in error(httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}), 400)
+    assert "unknown model" in error(httpx.post(f"{base}/v2/models/nope/infer", json={"inputs": [good]}), 404)
+    assert error(httpx.get(f"{base}/v2/models/nope"), 404)
+    # a claim row of padding only, and padding before a sentence
+    claim = {"name": "claim", "shape": [1], "datatype": "BYTES", "data": ["A dog runs."]}
+    evidence = {"name": "evidence", "shape": [1, 2], "datatype": "BYTES", "data": ["", "A dog runs fast."]}
+    assert "pad" in error(httpx.post(f"{base}/v2/models/snli-verification-attconv/infer",
+                                     json={"inputs": [claim, evidence]}), 400)
+    with pytest.raises(InferenceServerException, match="hypothesis"):
+        client.infer("snli-attconv-advanced", [_bytes_input("premise", ["A man sleeps."], True)])
+    # the task API's error body is unchanged
+    r = httpx.post(f"{base}/entailment", json={"premise": "x"})
+    assert r.status_code == 422 and set(r.json()["error"]) == {"code", "message"}
+
+
+def test_v2_requests_are_counted_under_their_own_endpoint_label(server):
+    base, client = server
+    def count() -> float:
+        text = httpx.get(f"{base}/metrics").text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("attserve_requests_total{") and 'endpoint="v2_infer"' in line and 'model="bbc-act"' in line \
+                    and 'status="200"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+    before = count()
+    for _ in range(3):
+        client.infer("bbc-act", [_bytes_input("text", TEXTS[:1], True)])
+    assert math.isclose(count() - before, 3.0)
