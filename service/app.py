@@ -32,6 +32,7 @@ from service.errors import NotReady, UnknownModel, WrongTask, error_response, in
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
+from service.workers import WorkerGroup
 
 log = logging.getLogger("service.app")
 
@@ -424,6 +425,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url="/redoc" if settings.docs else None,
     )
     app.state.service = service
+    app.state.worker_group = WorkerGroup.from_environment()  # None unless run by service.workers
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(oip_router)

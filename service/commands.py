@@ -28,32 +28,63 @@ def serve(
     models: Annotated[Optional[str], typer.Option(help="Comma-separated bundle names to serve (default: all).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (env ATTSERVE_DEVICE).")] = None,
     log_level: Annotated[Optional[str], typer.Option(help="Log level (env ATTSERVE_LOG_LEVEL).")] = None,
+    workers: Annotated[
+        Optional[int], typer.Option(help="Server processes behind the port (env ATTSERVE_WORKERS, default 1).")
+    ] = None,
 ) -> None:
     """Serve the model repository's bundles over HTTP (dynamic batching, Prometheus metrics)."""
-    import uvicorn
     from pydantic import ValidationError
 
-    from service.app import create_app
-    from service.http import guarded_protocol
     from service.logs import configure_logging
     from service.runtime import DeviceUnavailable
     from service.settings import Settings
 
     overrides = {k: v for k, v in dict(host=host, port=port, model_repository=model_repository, models=models,
-                                       device=device, log_level=log_level).items() if v is not None}
+                                       device=device, log_level=log_level, workers=workers).items() if v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
         typer.echo(f"invalid settings: {exc}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)
+    if settings.workers > 1:
+        from service.runtime import requested_providers
+        from service.workers import run_workers
+
+        try:
+            requested_providers(settings.device)  # DEVICE=cuda without CUDA: fail here, not N times
+        except DeviceUnavailable as exc:
+            log.error("cannot start", extra={"error": str(exc)})
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        sys.exit(run_workers(settings, backlog(settings)))
     try:
-        app = create_app(settings)
+        server = build_server(settings)
     except DeviceUnavailable as exc:
         log.error("cannot start", extra={"error": str(exc)})
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    server.run()
+    if server.started is False:
+        sys.exit(3)
 
+
+def backlog(settings) -> int:
+    # a burst of connections beyond the accept queue is dropped by the kernel after the
+    # handshake (the client believes it is connected, the server never sees it); the kernel
+    # caps this at net.core.somaxconn
+    return max(2048, settings.max_connections)
+
+
+def build_server(settings) -> "DrainingServer":
+    """The app and its uvicorn server for these settings (one process; service.workers runs
+    one per worker). Raises DeviceUnavailable for DEVICE=cuda without CUDA."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.http import guarded_protocol
+
+    app = create_app(settings)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -66,15 +97,9 @@ def serve(
         # header timeout, header size limit and connection cap: service.http
         http=guarded_protocol(settings),
         timeout_keep_alive=settings.keep_alive_timeout_s,
-        # a burst of connections beyond the accept queue is dropped by the kernel after the
-        # handshake (the client believes it is connected, the server never sees it); the
-        # kernel caps this at net.core.somaxconn
-        backlog=max(2048, settings.max_connections),
+        backlog=backlog(settings),
     )
-    server = DrainingServer(config, app.state.service)
-    server.run()
-    if server.started is False:
-        sys.exit(3)
+    return DrainingServer(config, app.state.service)
 
 
 try:  # uvicorn is a base dependency, but keep `--help` alive without it

@@ -7,7 +7,9 @@ resolved (bad body, unknown name) is counted with model="".
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -43,10 +45,12 @@ class Metrics:
         )
         self.queue_depth = Gauge(
             "attserve_queue_depth", "Items waiting in a model's queue.", ["model"], registry=r,
+            multiprocess_mode="livesum",  # with workers: the sum over the live ones
         )
         self.model_info = Gauge(
             "attserve_model_info", "Loaded models (value 1) with the execution provider actually used.",
             ["model", "task", "architecture", "version", "provider"], registry=r,
+            multiprocess_mode="livemax",
         )
         self.truncated_inputs = Counter(
             "attserve_truncated_inputs", "Inputs with a text cut to the model's max length.",
@@ -59,3 +63,15 @@ class Metrics:
             "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
             ["model", "reason"], registry=r,
         )
+
+
+def render(metrics: Metrics) -> bytes:
+    """The Prometheus text of this process, or with workers (service.workers) of all of them:
+    in multiprocess mode the values live in files that any worker can sum."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(metrics.registry)

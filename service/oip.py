@@ -205,6 +205,8 @@ async def server_live() -> dict:
 async def server_ready(request: Request) -> JSONResponse:
     service = _service(request)
     ready = service.loaded and not service.draining and all(e.status == "ready" for e in service.models.values())
+    group = request.app.state.worker_group
+    ready = ready and (group is None or group.ready_count() >= group.expected)
     return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
 
 

@@ -17,10 +17,11 @@ from typing import Any, Sequence, Union
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.app import ModelEntry, Service
 from service.batcher import Done
+from service.metrics import render as render_metrics
 from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
 from service.tokenization import TextTooLong, check_text
 from service.schemas import (
@@ -278,6 +279,9 @@ async def ready(request: Request) -> Any:
         if not service.models and service.loaded:
             raise NotReady("no model could be loaded", headers={"Retry-After": "5"})
         raise NotReady(f"models not ready: {statuses}", headers={"Retry-After": "5"})
+    group = request.app.state.worker_group
+    if group is not None and (ready := group.ready_count()) < group.expected:
+        raise NotReady(f"workers ready: {ready} of {group.expected}", headers={"Retry-After": "5"})
     return {"status": "ready", "models": statuses}
 
 
@@ -302,4 +306,4 @@ async def list_models(request: Request) -> Any:
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["health"])
 async def metrics(request: Request) -> Response:
-    return Response(generate_latest(_service(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(render_metrics(_service(request).metrics), media_type=CONTENT_TYPE_LATEST)

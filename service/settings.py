@@ -55,6 +55,8 @@ class Settings(BaseSettings):
 
     # onnxruntime
     intra_op_threads: int | None = Field(None, ge=1)
+    # Server processes behind the port (service.workers); each loads every model.
+    workers: int = Field(1, ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
     # Request limits
@@ -109,7 +111,8 @@ class Settings(BaseSettings):
     def threads_per_model(self, model_count: int) -> int:
         """intra-op threads of each session. Every model runs its batches on its own thread
         concurrently, so the default shares the CPUs out instead of giving each session all
-        of them (onnxruntime's default, which oversubscribes: onnxruntime #9800)."""
+        of them (onnxruntime's default, which oversubscribes: onnxruntime #9800), and so
+        do the workers."""
         if self.intra_op_threads is not None:
             return self.intra_op_threads
-        return max(1, available_cpus() // max(1, model_count))
+        return max(1, available_cpus() // (max(1, model_count) * self.workers))

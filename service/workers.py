@@ -1,0 +1,202 @@
+"""`ATTSERVE_WORKERS=N` (`attserve serve --workers N`): N server processes behind one port.
+
+One process runs one event loop and, for small requests, is bound by it (the route's parsing,
+validation and rendering hold the loop), so more cores need more processes. The supervisor
+binds the listening socket once and starts N workers (multiprocessing "spawn": a fresh
+interpreter each, no forked onnxruntime or event-loop state); the kernel spreads accepted
+connections over them. Each worker loads every model and warms it up itself.
+
+Shared across workers, through one directory per start (`PROMETHEUS_MULTIPROC_DIR`, a fresh
+temporary directory unless the environment names one; emptied at start):
+  * metrics: prometheus-client's multiprocess mode; `/metrics` on any worker is the sum over
+    all of them (queue depth: the sum over live workers);
+  * readiness: a worker writes `workers/<pid>` once its models are ready and removes it when
+    it drains; `/health/ready` is 200 only while all N are ready.
+
+SIGTERM or SIGINT to the supervisor is forwarded to every worker, each drains as a single
+process does, and the supervisor exits 0 when all of them did. A worker that dies otherwise is
+replaced (its metric files of live gauges are dropped); one that dies within
+`CRASH_WINDOW_S` of its start `MAX_QUICK_CRASHES` times in a row stops the service (exit 3):
+a bundle that kills the process would otherwise restart forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("service.workers")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_COUNT_ENV = "ATTSERVE_WORKER_COUNT"  # set by the supervisor for its workers only
+CRASH_WINDOW_S = 10.0
+MAX_QUICK_CRASHES = 3
+READY_POLL_S = 0.1
+
+
+class WorkerGroup:
+    """The workers' shared readiness: one marker file per ready worker."""
+
+    def __init__(self, shared_dir: Path, expected: int) -> None:
+        self.dir = Path(shared_dir) / "workers"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.expected = expected
+
+    @classmethod
+    def from_environment(cls) -> "WorkerGroup | None":
+        count, shared = os.environ.get(WORKER_COUNT_ENV), os.environ.get(MULTIPROC_ENV)
+        if not count or not shared:
+            return None
+        return cls(Path(shared), int(count))
+
+    def mark(self, pid: int, ready: bool) -> None:
+        marker = self.dir / str(pid)
+        if ready:
+            marker.touch()
+        else:
+            marker.unlink(missing_ok=True)
+
+    def ready_count(self) -> int:
+        return sum(1 for _ in self.dir.iterdir())
+
+
+def watch_readiness(service: Any, group: WorkerGroup) -> threading.Thread:
+    """A daemon thread keeping this worker's marker in step with `service.ready` (a worker
+    that nobody probes must still count as ready)."""
+    pid = os.getpid()
+
+    def run() -> None:
+        marked = False
+        while True:
+            ready = bool(service.ready)
+            if ready != marked:
+                group.mark(pid, ready)
+                marked = ready
+            if service.draining:
+                group.mark(pid, False)
+                return
+            time.sleep(READY_POLL_S)
+
+    thread = threading.Thread(target=run, name="worker-readiness", daemon=True)
+    thread.start()
+    return thread
+
+
+def _worker_main(settings: Any, sock: socket.socket) -> None:
+    """A worker process: the same app and server as a single-process `attserve serve`."""
+    from service.commands import build_server
+    from service.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    # Ctrl-C in a terminal reaches the whole process group: let the supervisor decide, it
+    # forwards SIGTERM (the worker would otherwise stop at once, without draining).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    server = build_server(settings)
+    group = WorkerGroup.from_environment()
+    if group is not None:
+        watch_readiness(server.service, group)
+    server.run(sockets=[sock])
+    if server.started is False:
+        raise SystemExit(3)
+
+
+def _prepare_shared_dir() -> Path:
+    named = os.environ.get(MULTIPROC_ENV)
+    if named:
+        shared = Path(named)
+        shared.mkdir(parents=True, exist_ok=True)
+        for child in shared.iterdir():  # stale files would add old counts to the sums
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        return shared
+    return Path(tempfile.mkdtemp(prefix="attserve-workers-"))
+
+
+def bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_workers(settings: Any, backlog: int) -> int:
+    """Supervise `settings.workers` worker processes; the exit code of the service."""
+    from prometheus_client import multiprocess
+
+    shared = _prepare_shared_dir()
+    created = MULTIPROC_ENV not in os.environ
+    os.environ[MULTIPROC_ENV] = str(shared)  # inherited by the spawned workers
+    os.environ[WORKER_COUNT_ENV] = str(settings.workers)
+    group = WorkerGroup(shared, settings.workers)
+    sock = bind(settings.host, settings.port, backlog)
+    context = multiprocessing.get_context("spawn")
+    stopping = threading.Event()
+
+    def start(index: int) -> multiprocessing.process.BaseProcess:
+        process = context.Process(target=_worker_main, args=(settings, sock), name=f"attserve-worker-{index}")
+        process.start()
+        log.info("worker started", extra={"worker": index, "pid": process.pid})
+        return process
+
+    def forward(sig: int, frame: FrameType | None) -> None:
+        if not stopping.is_set():
+            log.info("stopping workers", extra={"signal": signal.Signals(sig).name})
+        stopping.set()
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    processes = [start(i) for i in range(settings.workers)]
+    started_at = [time.monotonic()] * settings.workers
+    quick_crashes = [0] * settings.workers
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    log.info("serving", extra={"workers": settings.workers, "host": settings.host, "port": settings.port,
+                               "metrics_dir": str(shared)})
+    exit_code = 0
+    try:
+        while True:
+            for i, process in enumerate(processes):
+                process.join(timeout=0.2 / max(1, len(processes)))
+                if process.exitcode is None:
+                    continue
+                if process.pid is not None:
+                    multiprocess.mark_process_dead(process.pid, str(shared))
+                    group.mark(process.pid, False)
+                if stopping.is_set():
+                    continue
+                quick = time.monotonic() - started_at[i] < CRASH_WINDOW_S
+                quick_crashes[i] = quick_crashes[i] + 1 if quick else 0
+                log.error("worker exited", extra={"worker": i, "pid": process.pid, "exitcode": process.exitcode,
+                                                  "quick_crashes": quick_crashes[i]})
+                if quick_crashes[i] >= MAX_QUICK_CRASHES or process.exitcode == 3:
+                    log.error("worker cannot start; stopping the service", extra={"worker": i})
+                    exit_code = 3
+                    forward(signal.SIGTERM, None)
+                    continue
+                processes[i] = start(i)
+                started_at[i] = time.monotonic()
+            if stopping.is_set() and all(p.exitcode is not None for p in processes):
+                break
+    finally:
+        sock.close()
+        if created:
+            shutil.rmtree(shared, ignore_errors=True)
+    # uvicorn re-raises the signal it drained on, so a clean worker ends by SIGTERM
+    clean = (0, -signal.SIGTERM, -signal.SIGINT)
+    if exit_code == 0 and any(p.exitcode not in clean for p in processes):
+        exit_code = 1
+    log.info("workers stopped", extra={"exitcodes": [p.exitcode for p in processes]})
+    return exit_code

@@ -1,0 +1,118 @@
+"""ATTSERVE_WORKERS=2 under the real `python -m service`: one port, both workers answer, and
+/metrics on either is the sum over both (known traffic, exact counts); readiness needs every
+worker; a killed worker is replaced without losing the counts; SIGTERM drains all and exits 0."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_service_process import REPO, free_port, wait_ready  # noqa: E402
+
+REQUESTS = 48
+
+
+def requests_total(base: str, endpoint: str, status: str = "200") -> float:
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("attserve_requests_total{") and f'endpoint="{endpoint}"' in line and f'status="{status}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def counted_pids(metrics_dir: Path) -> set[int]:
+    # prometheus-client's multiprocess files: counter_<pid>.db appears when a worker first counts
+    return {int(m.group(1)) for f in metrics_dir.iterdir() if (m := re.fullmatch(r"counter_(\d+)\.db", f.name))}
+
+
+def ready_workers(metrics_dir: Path) -> set[int]:
+    return {int(f.name) for f in (metrics_dir / "workers").iterdir()}
+
+
+def classify(base: str, i: int) -> int:
+    # a new connection per request, so the kernel spreads them over the workers
+    r = httpx.post(f"{base}/classify", json={"text": f"the team won the match number {i}"},
+                   headers={"connection": "close"}, timeout=30)
+    return r.status_code
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_workers_share_the_port_the_metrics_and_the_readiness(service_bundles, tmp_path):
+    metrics_dir = tmp_path / "metrics"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port),
+               "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
+               "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "ATTSERVE_MAX_BATCH_DELAY_MS": "1"}
+    # the log goes to a file: three processes writing into an unread pipe would block on it
+    log = open(tmp_path / "service.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=environ, stdout=log, stderr=log, text=True)
+    proc.stderr = log  # wait_ready reads it on failure
+    workers: set[int] = set()
+    try:
+        wait_ready(proc, base, timeout_s=120)
+        workers = ready_workers(metrics_dir)
+        assert len(workers) == 2 and proc.pid not in workers
+
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda i: classify(base, i), range(REQUESTS)))
+        assert statuses == [200] * REQUESTS
+        assert counted_pids(metrics_dir) == workers, "both workers should have answered some requests"
+        # whichever worker answers /metrics, it reports both workers' counts
+        assert {requests_total(base, "classify") for _ in range(6)} == {float(REQUESTS)}
+
+        # a worker that dies is replaced; until its successor is ready the service is not
+        victim = min(workers)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: victim not in ready_workers(metrics_dir), 10, "the dead worker's readiness marker to go")
+        r = httpx.get(f"{base}/health/ready", timeout=5)
+        if r.status_code == 503:  # the survivor answered before the new worker was ready
+            assert "workers ready: 1 of 2" in r.json()["error"]["message"]
+        wait_for(lambda: len(ready_workers(metrics_dir)) == 2, 120, "a replacement worker")
+        assert httpx.get(f"{base}/health/ready", timeout=5).status_code == 200
+        assert victim not in ready_workers(metrics_dir)
+        # the dead worker's counts stay in the sum
+        assert requests_total(base, "classify") == float(REQUESTS)
+        assert classify(base, 0) == 200
+        assert requests_total(base, "classify") == float(REQUESTS + 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    log.seek(0)
+    assert proc.returncode == 0, log.read()[-2000:]
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_workers_setting_is_validated():
+    from service.settings import Settings
+
+    assert Settings(workers=3).workers == 3
+    # each worker gets its share of the cores, split again over its models
+    assert Settings(workers=2, intra_op_threads=None).threads_per_model(1) == max(1, len(os.sched_getaffinity(0)) // 2)
+    with pytest.raises(ValueError):
+        Settings(workers=0)
