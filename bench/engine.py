@@ -49,12 +49,9 @@ def load_runtime(bundle: Path, threads: int):
 
 def service_items(runtime, examples: list) -> list:
     """Examples -> the batcher's items, through the service's own request encoder."""
-    from service.app import ModelEntry
-    from service.routes import _encode
+    from service.tasks import encode
 
-    entry = ModelEntry(runtime.name, runtime.bundle.path, runtime.config, status="ready", runtime=runtime)
-    ids, _ = _encode(entry, examples)
-    return [runtime.make_item(row) for row in ids]
+    return [e.item for e in encode(runtime, examples)]
 
 
 def engine_ceiling(runtime, examples: list, batch_sizes: list[int], seconds: float) -> dict:

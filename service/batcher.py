@@ -7,8 +7,15 @@ largest bucket shape among its items (so shapes stay the few warmed-up buckets; 
 not change an answer). Per-shape queues fragmented batches (a 32-item /verify request ran as
 ~15 engine calls); for CNNs this small an extra engine call costs more than some padding.
 A batch closes when it is full or `max_batch_delay_ms` after its oldest item arrived. Before compute, items whose caller went away or whose deadline passed are dropped.
-Inference runs on a dedicated single-thread executor (onnxruntime releases the GIL), so the
-event loop keeps accepting and tokenizing while a batch runs. Each item's future receives
+
+Requests submit raw inputs; tokenizing is the batcher's: everything submitted since its last
+step is encoded in one `encode_batch` per field (service.tasks.encode), in the model's
+inference thread, before batches are formed from it. So the event loop only parses, checks
+and enqueues (tokenizing there cost ~0.17 ms a text and blocked every other request), and
+tokenization is batched like inference. Items whose caller went away or whose deadline passed
+are dropped before tokenizing and again before compute.
+Inference runs on a dedicated single-thread executor (onnxruntime and tokenizers release the
+GIL), so the event loop keeps accepting while a batch runs. Each item's future receives
 exactly its own row of the outputs.
 """
 
@@ -21,12 +28,13 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
-from service.errors import DeadlineExceeded, InferenceFailed, QueueFull, ShuttingDown
+from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown
 from service.metrics import Metrics
 from service.runtime import Item, ItemOutput, ModelRuntime, batch_shape, padded_shape
 from service.settings import Settings
+from service.tasks import encode
 
 log = logging.getLogger("service.batcher")
 
@@ -39,6 +47,18 @@ class Done:
     queue_s: float
     inference_s: float
     batch_id: int
+    truncated: bool  # a text of this input was cut to the model's max length
+
+
+@dataclass
+class _Submitted:
+    """An input not yet tokenized."""
+
+    input: Any
+    where: str  # its place in the request, for an error message ("inputs[3]")
+    future: asyncio.Future
+    enqueued: float  # loop.time()
+    deadline: float  # loop.time()
 
 
 @dataclass
@@ -47,12 +67,14 @@ class _Waiting:
     future: asyncio.Future
     enqueued: float  # loop.time()
     deadline: float  # loop.time()
+    truncated: bool = False
 
 
 @dataclass
 class _State:
+    submitted: list[_Submitted] = field(default_factory=list)
     queue: deque[_Waiting] = field(default_factory=deque)
-    count: int = 0
+    count: int = 0  # submitted + queued
 
 
 class Batcher:
@@ -98,17 +120,20 @@ class Batcher:
                 headers={"Retry-After": "1"},
             )
 
-    def submit(self, items: Sequence[Item], deadline: float) -> list[asyncio.Future]:
-        """Queue a request's items together or not at all (429 when they do not all fit)."""
-        self.check_room(len(items))
+    def submit(self, inputs: Sequence[Any], deadline: float, places: Sequence[str] | None = None) -> list[asyncio.Future]:
+        """Queue a request's inputs (objects with the task's fields, checked by the route)
+        together or not at all (429 when they do not all fit). Each future gets a Done, or
+        InvalidInput naming `places[i]` when the input has no tokens."""
+        self.check_room(len(inputs))
         loop = asyncio.get_running_loop()
         now = loop.time()
         futures = []
-        for item in items:
+        for i, x in enumerate(inputs):
             future = loop.create_future()
-            self._state.queue.append(_Waiting(item, future, now, deadline))
+            where = places[i] if places is not None else "input"
+            self._state.submitted.append(_Submitted(x, where, future, now, deadline))
             futures.append(future)
-        self._state.count += len(items)
+        self._state.count += len(inputs)
         self._depth.set(self._state.count)
         self._wakeup.set()
         return futures
@@ -126,11 +151,12 @@ class Batcher:
                     # only a drain that leaves work undone is an error worth a page
                     log.error("drain timed out", extra={"model": self.name, "queued": self._state.count})
                 self._task.cancel()
-        for queue in (self._state.queue,):
-            while queue:
-                waiting = queue.popleft()
-                if not waiting.future.done():
-                    waiting.future.set_exception(ShuttingDown("the server shut down before this input ran"))
+        leftover = [*self._state.submitted, *self._state.queue]
+        self._state.submitted.clear()
+        self._state.queue.clear()
+        for waiting in leftover:
+            if not waiting.future.done():
+                waiting.future.set_exception(ShuttingDown("the server shut down before this input ran"))
         self._state.count = 0
         self._depth.set(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -171,6 +197,12 @@ class Batcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            if self._state.submitted:
+                try:
+                    await self._tokenize()
+                except Exception:  # the loop must outlive any one step
+                    log.exception("tokenizing failed", extra={"model": self.name})
+                continue
             queue, next_close = self._next_batch(loop.time())
             if queue is None:
                 self._wakeup.clear()
@@ -186,6 +218,47 @@ class Batcher:
                 await self._run(taken)
             except Exception:  # the loop must outlive any one batch
                 log.exception("batch failed", extra={"model": self.name})
+
+    def _discard(self, reason: str) -> None:
+        self._state.count -= 1
+        self.metrics.dropped.labels(model=self.name, reason=reason).inc()
+
+    async def _tokenize(self) -> None:
+        """Everything submitted since the last step, tokenized in one go in the inference
+        thread, joins the queue in arrival order."""
+        loop = asyncio.get_running_loop()
+        submitted, self._state.submitted = self._state.submitted, []
+        now = loop.time()
+        live: list[_Submitted] = []
+        for s in submitted:
+            if s.future.done():  # caller cancelled (disconnect or its own timeout)
+                self._discard("cancelled")
+            elif now >= s.deadline:
+                self._discard("deadline")
+                s.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
+            else:
+                live.append(s)
+        self._depth.set(self._state.count)
+        if not live:
+            return
+        try:
+            encoded = await loop.run_in_executor(self._executor, encode, self.runtime, [s.input for s in live])
+        except Exception as exc:
+            log.exception("tokenizing failed", extra={"model": self.name, "inputs": len(live)})
+            for s in live:
+                self._state.count -= 1
+                if not s.future.done():
+                    s.future.set_exception(InferenceFailed(f"tokenizing failed: {type(exc).__name__}"))
+            self._depth.set(self._state.count)
+            return
+        for s, e in zip(live, encoded, strict=True):
+            if e.item is None:
+                self._state.count -= 1
+                if not s.future.done():
+                    s.future.set_exception(InvalidInput(f"{s.where}: {e.error}"))
+            else:
+                self._state.queue.append(_Waiting(e.item, s.future, s.enqueued, s.deadline, e.truncated))
+        self._depth.set(self._state.count)
 
     async def _run(self, taken: list[_Waiting]) -> None:
         loop = asyncio.get_running_loop()
@@ -221,4 +294,4 @@ class Batcher:
         self._batch_tokens.observe(len(items) * self.runtime.shape_tokens(batch_shape(items)))
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():
-                waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id))
+                waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id, waiting.truncated))

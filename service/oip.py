@@ -37,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.app import ModelEntry, Service
 from service.errors import InvalidInput, ServiceError
-from service.routes import TASK_FIELDS, run_inputs
+from service.routes import run_inputs
+from service.tasks import TASK_FIELDS
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 

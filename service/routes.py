@@ -1,7 +1,6 @@
 """HTTP routes. An inference request is validated (schemas), checked against the model's
-limits, tokenized on the request path (inline, or in the threadpool for big requests: see
-OFFLOAD_TOKENIZATION_TEXTS), submitted to its model's batcher as one item per
-input, and answered from its own futures only.
+limits and the text limits (service.tasks), submitted to its model's batcher as one item per
+input (the batcher tokenizes, in its inference thread), and answered from its own futures only.
 
 Truncation is reported per result: `truncated: true` when any text of that input was cut to
 the model's max length (and counted in `attserve_truncated_inputs_total`).
@@ -22,8 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from service.app import ModelEntry, Service
 from service.batcher import Done
 from service.metrics import render as render_metrics
-from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
-from service.tokenization import TextTooLong, check_text
+from service.errors import ClientClosed, DeadlineExceeded, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
+from service.tasks import check_texts
 from service.schemas import (
     BatchPredictions,
     ClassifyBody,
@@ -40,13 +39,6 @@ from service.schemas import (
 
 router = APIRouter()
 
-# Tokenizing on the event loop costs ~0.17 ms for one short text, a threadpool hop ~0.21 ms;
-# at 64 texts both take ~3 ms but inline would block every other request that long. So small
-# requests tokenize inline and big ones in the default threadpool: many texts, or long ones
-# (~0.5 us a character: a 1 MB text would hold the event loop ~0.5 s).
-OFFLOAD_TOKENIZATION_TEXTS = 16
-OFFLOAD_TOKENIZATION_CHARS = 16_384
-
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in {
@@ -57,10 +49,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         504: "the request deadline passed before its inputs ran",
     }.items()
 }
-
-# text fields of each task's input, in graph-input order
-TASK_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim", "evidence")}
-
 
 def _service(request: Request) -> Service:
     return request.app.state.service
@@ -103,73 +91,6 @@ async def _await_items(request: Request, futures: list[asyncio.Future], timeout_
             gathered.cancel()
 
 
-def _texts(x: Any, task: str) -> list[str]:
-    """Every text of one input."""
-    if task == "verification":
-        return [x.claim, *x.evidence]
-    return [getattr(x, field) for field in TASK_FIELDS[task]]
-
-
-def _check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:
-    """422 before tokenizing for a text over the length limits (before or after NFKC) or with
-    no visible character; the budget of normalized characters is shared by the request."""
-    budget = max_request_chars
-    for i, x in enumerate(inputs):
-        prefix = f"inputs[{i}]." if batch else ""
-        named = [(f, getattr(x, f)) for f in TASK_FIELDS[task] if f != "evidence"]
-        if task == "verification":
-            named += [(f"evidence[{k}]", t) for k, t in enumerate(x.evidence)]
-        for field, text in named:
-            where = prefix + field
-            if len(text) > max_text_chars:
-                raise InvalidInput(f"{where}: {len(text)} characters; at most {max_text_chars}")
-            try:
-                check = check_text(text, min(max_text_chars, budget))
-            except TextTooLong as exc:
-                if exc.limit < max_text_chars:
-                    raise InvalidInput(f"{where}: the request's texts come to more than {max_request_chars} "
-                                       "characters after Unicode (NFKC) normalization") from None
-                raise InvalidInput(f"{where}: more than {max_text_chars} characters after Unicode (NFKC) "
-                                   "normalization") from None
-            if not check.visible:
-                raise InvalidInput(f"{where}: no visible character after Unicode (NFKC) normalization "
-                                   "(only whitespace, control or zero-width characters)")
-            budget -= check.normalized_length
-
-
-def _encode(entry: ModelEntry, inputs: Sequence[Any]) -> tuple[list[list], list[bool]]:
-    """Token ids per input (per graph input) and whether each input lost tokens."""
-    runtime = entry.runtime
-    task = entry.config.task
-    fields = TASK_FIELDS[task]
-    per_field: list[list] = []
-    truncated = [False] * len(inputs)
-    for field, input_name in zip(fields, entry.config.inputs):
-        max_length = entry.config.max_lengths[input_name]
-        if field == "evidence":
-            flat = [text for x in inputs for text in x.evidence]
-            encoded = runtime.encoder.encode(flat, max_length)
-            groups, at = [], 0
-            for i, x in enumerate(inputs):
-                n = len(x.evidence)
-                groups.append(encoded.ids[at : at + n])
-                truncated[i] |= any(encoded.truncated[at : at + n])
-                at += n
-            per_field.append(groups)
-        else:
-            encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length)
-            per_field.append(encoded.ids)
-            for i, t in enumerate(encoded.truncated):
-                truncated[i] |= t
-    ids = [tuple(column[i] for column in per_field) for i in range(len(inputs))]
-    for i, row in enumerate(ids):
-        texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
-        if any(len(t) == 0 for t in texts):
-            where = f"inputs[{i}]" if len(inputs) > 1 else "input"
-            raise InvalidInput(f"{where}: a text has no tokens after normalisation")
-    return ids, truncated
-
-
 async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
     service = _service(request)
     if service.draining:
@@ -203,26 +124,22 @@ async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any],
                 where = f"inputs[{i}].evidence" if batch else "evidence"
                 raise TooManyEvidence(f"{where}: {len(x.evidence)} items; model {entry.name!r} takes at most {limit}")
 
-    # shed before tokenizing: a rejected request should cost as little as possible
+    # shed before any work on the texts: a rejected request should cost as little as possible
     entry.batcher.check_room(len(inputs))
-    texts = [t for x in inputs for t in _texts(x, task)]
-    _check_texts(inputs, task, batch, settings.max_text_chars, settings.max_request_chars)
-    if len(texts) >= OFFLOAD_TOKENIZATION_TEXTS or sum(map(len, texts)) >= OFFLOAD_TOKENIZATION_CHARS:
-        ids, truncated = await asyncio.to_thread(_encode, entry, inputs)
-    else:
-        ids, truncated = _encode(entry, inputs)
-    items = [entry.runtime.make_item(row) for row in ids]
+    check_texts(inputs, task, batch, settings.max_text_chars, settings.max_request_chars)
     # The deadline runs from the request's arrival (set by the metrics middleware), so reading,
-    # parsing and tokenizing a big body under load count against it too.
+    # parsing, tokenizing (in the batcher) and queueing a big body under load all count.
     loop = asyncio.get_running_loop()
     deadline = getattr(request.state, "attserve_arrival", loop.time()) + settings.request_timeout_ms / 1000.0
     if loop.time() >= deadline:
         raise DeadlineExceeded(f"no answer within {settings.request_timeout_ms:.0f} ms")
-    futures = entry.batcher.submit(items, deadline=deadline)
-    service.metrics.inputs.labels(endpoint=endpoint, model=entry.name).inc(len(items))
+    places = [f"inputs[{i}]" for i in range(len(inputs))] if batch else ["input"]
+    futures = entry.batcher.submit(inputs, deadline=deadline, places=places)
+    service.metrics.inputs.labels(endpoint=endpoint, model=entry.name).inc(len(inputs))
+    done = await _await_items(request, futures, deadline - loop.time(), settings.request_timeout_ms)
+    truncated = [d.truncated for d in done]
     if any(truncated):
         service.metrics.truncated_inputs.labels(model=entry.name).inc(sum(truncated))
-    done = await _await_items(request, futures, deadline - loop.time(), settings.request_timeout_ms)
 
     labels = entry.config.labels
     results = []

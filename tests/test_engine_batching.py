@@ -53,3 +53,38 @@ def test_token_budget_splits_batches_and_bounds_padded_tokens(service_bundles):
     _, calls, tokens = asyncio.run(_run(tight, {"inputs": inputs}))
     assert calls > 1
     assert tokens <= budget * calls
+
+
+def test_tokenizing_runs_in_the_inference_thread_batched_across_requests(service_bundles, monkeypatch):
+    """The event loop never tokenizes: every encode call runs on the model's inference thread,
+    and concurrent requests are tokenized together (fewer encode calls than requests)."""
+    import threading
+
+    from service.tokenization import TextEncoder
+
+    calls: list[tuple[str, int]] = []
+    original = TextEncoder.encode
+
+    def recording(self, texts, max_length):
+        calls.append((threading.current_thread().name, len(texts)))
+        return original(self, texts, max_length)
+
+    monkeypatch.setattr(TextEncoder, "encode", recording)
+    settings = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_delay_ms=0)
+    requests = 24
+
+    async def scenario():
+        async with running_app(settings) as (app, client):
+            calls.clear()  # warm-up does not tokenize, but be exact about what is counted
+            bodies = [{"premise": f"a man plays guitar number {i}", "hypothesis": "a person makes music"}
+                      for i in range(requests)]
+            answers = await asyncio.gather(*(client.post("/entailment", json=b) for b in bodies))
+            assert all(r.status_code == 200 for r in answers)
+
+    asyncio.run(scenario())
+    threads = {name for name, _ in calls}
+    assert threads and all(name.startswith("ort-") for name in threads), threads
+    texts = sum(n for _, n in calls)
+    assert texts >= 2 * requests
+    # two fields per entailment input: one encode per field per step; concurrent requests share steps
+    assert len(calls) < 2 * requests, f"{len(calls)} encode calls for {requests} requests"

@@ -1,0 +1,106 @@
+"""What each task's input is, written once: its text fields, the checks before any expensive
+work, and the encoding into a runtime item. Routes (task API), service.oip (Open Inference
+Protocol) and the batcher (which tokenizes in its inference thread, a whole queue at a time)
+all go through here; the bench uses the same encoder.
+
+An input is any object with the task's fields as attributes (the request schemas, or a
+SimpleNamespace built from protocol tensors): `text`; `premise`, `hypothesis`; `claim`,
+`evidence` (a list of sentences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from service.errors import InvalidInput
+from service.runtime import Item, ModelRuntime
+from service.tokenization import TextTooLong, check_text
+
+# text fields of each task's input, in graph-input order
+TASK_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim", "evidence")}
+
+
+def texts_of(x: Any, task: str) -> list[str]:
+    """Every text of one input."""
+    if task == "verification":
+        return [x.claim, *x.evidence]
+    return [getattr(x, field) for field in TASK_FIELDS[task]]
+
+
+def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:
+    """422 before tokenizing for a text over the length limits (before or after NFKC) or with
+    no visible character; the budget of normalized characters is shared by the request."""
+    budget = max_request_chars
+    for i, x in enumerate(inputs):
+        prefix = f"inputs[{i}]." if batch else ""
+        named = [(f, getattr(x, f)) for f in TASK_FIELDS[task] if f != "evidence"]
+        if task == "verification":
+            named += [(f"evidence[{k}]", t) for k, t in enumerate(x.evidence)]
+        for field, text in named:
+            where = prefix + field
+            if len(text) > max_text_chars:
+                raise InvalidInput(f"{where}: {len(text)} characters; at most {max_text_chars}")
+            try:
+                check = check_text(text, min(max_text_chars, budget))
+            except TextTooLong as exc:
+                if exc.limit < max_text_chars:
+                    raise InvalidInput(f"{where}: the request's texts come to more than {max_request_chars} "
+                                       "characters after Unicode (NFKC) normalization") from None
+                raise InvalidInput(f"{where}: more than {max_text_chars} characters after Unicode (NFKC) "
+                                   "normalization") from None
+            if not check.visible:
+                raise InvalidInput(f"{where}: no visible character after Unicode (NFKC) normalization "
+                                   "(only whitespace, control or zero-width characters)")
+            budget -= check.normalized_length
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One input, encoded: its item, whether a text lost tokens to the max length, or why it
+    cannot run (a text with no tokens after normalisation)."""
+
+    item: Item | None
+    truncated: bool
+    error: str | None = None
+
+
+def token_ids(runtime: ModelRuntime, inputs: Sequence[Any]) -> list[tuple[tuple, bool]]:
+    """Token ids per graph input of each input (evidence: a list of id lists) and whether it
+    lost tokens; one `encode_batch` per field over all the inputs."""
+    config = runtime.config
+    fields = TASK_FIELDS[config.task]
+    per_field: list[list] = []
+    truncated = [False] * len(inputs)
+    for field, input_name in zip(fields, config.inputs):
+        max_length = config.max_lengths[input_name]
+        if field == "evidence":
+            flat = [text for x in inputs for text in x.evidence]
+            encoded = runtime.encoder.encode(flat, max_length)
+            groups, at = [], 0
+            for i, x in enumerate(inputs):
+                n = len(x.evidence)
+                groups.append(encoded.ids[at : at + n])
+                truncated[i] |= any(encoded.truncated[at : at + n])
+                at += n
+            per_field.append(groups)
+        else:
+            encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length)
+            per_field.append(encoded.ids)
+            for i, t in enumerate(encoded.truncated):
+                truncated[i] |= t
+    return [(tuple(column[i] for column in per_field), truncated[i]) for i in range(len(inputs))]
+
+
+def encode(runtime: ModelRuntime, inputs: Sequence[Any]) -> list[Encoded]:
+    """The runtime items of `inputs`, in order (the batcher calls this in its inference
+    thread for everything that queued since its last batch)."""
+    out = []
+    task = runtime.config.task
+    for row, truncated in token_ids(runtime, inputs):
+        texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
+        if any(len(t) == 0 for t in texts):
+            out.append(Encoded(None, truncated, "a text has no tokens after normalisation"))
+        else:
+            out.append(Encoded(runtime.make_item(row), truncated))
+    return out
