@@ -46,10 +46,41 @@ def test_mixed_shape_request_runs_in_one_call_and_matches_solo(service_bundles):
         assert all(abs(a - b) < 1e-4 for a, b in zip(got["evidence_scores"], want["evidence_scores"], strict=True))
 
 
+def _token_histogram(settings: Settings, body: dict) -> dict[float, float]:
+    """Cumulative counts of the /verify model's attserve_batch_tokens histogram: {le: count}."""
+    async def scenario():
+        async with running_app(settings) as (app, client):
+            r = await client.post("/verify", json=body)
+            assert r.status_code == 200, r.text
+            return metric_samples((await client.get("/metrics")).text, "attserve_batch_tokens_bucket")
+    samples = asyncio.run(scenario())
+    return {float(dict(k)["le"]): v for k, v in samples.items() if dict(k)["model"] == "fever"}
+
+
 def test_token_budget_splits_batches_and_bounds_padded_tokens(service_bundles):
     inputs = _verify_inputs(32)
     budget = 2048
     tight = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=budget, max_batch_delay_ms=0)
     _, calls, tokens = asyncio.run(_run(tight, {"inputs": inputs}))
-    assert calls > 1
+    assert calls > 1  # the whole request padded to its largest item costs more than 2048 tokens
     assert tokens <= budget * calls
+
+
+def test_every_batch_stays_within_a_small_token_budget(service_bundles):
+    """Observed in the batch-tokens histogram (buckets are powers of two, so a budget of 1024 is
+    a bucket edge): every batch is within the budget, none is a needless fragment. Catches a
+    batcher that ignores max_batch_tokens (one batch of ~2-4k tokens), that counts the budget
+    per item instead of per batch (same), or that checks it one item late (a batch over 1024);
+    the lower bound catches one that splits far below the budget (e.g. one item per batch)."""
+    inputs = _verify_inputs(32)
+    budget = 1024
+    tight = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=budget, max_batch_delay_ms=0)
+    histogram = _token_histogram(tight, {"inputs": inputs})
+    batches = histogram[float("inf")]
+    assert batches >= 3, histogram  # 4 batches here, each over 512 tokens: more than 2 x 1024 in all
+    assert histogram[float(budget)] == batches, f"a batch exceeded max_batch_tokens={budget}: {histogram}"
+    # greedy filling: every batch but possibly the last is more than half the budget
+    assert histogram[float(budget // 2)] <= 1, f"batches far below the budget: {histogram}"
+    unlimited = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=10**6, max_batch_delay_ms=0)
+    alone = _token_histogram(unlimited, {"inputs": inputs})
+    assert alone[float("inf")] == 1 and alone[float(budget)] == 0, alone  # without the budget: one batch over 1024
