@@ -22,10 +22,12 @@ def _verify_inputs(n: int, seed: int = 3) -> list[dict]:
     return [{"claim": text(2, 14), "evidence": [text(1, 22) for _ in range(rng.randint(1, 5))]} for _ in range(n)]
 
 
-async def _run(settings: Settings, body: dict) -> tuple[dict, int, float]:
+async def _run(settings: Settings, body: dict, headers: dict | None = None) -> tuple[dict, int, float]:
     async with running_app(settings) as (app, client):
         r = await client.post("/verify", json=body)
         assert r.status_code == 200, r.text
+        if headers is not None:
+            headers.update(r.headers)
         text = (await client.get("/metrics")).text
         calls = sum(metric_samples(text, "attserve_batch_size_count").values())
         tokens = sum(metric_samples(text, "attserve_batch_tokens_sum").values())
@@ -35,8 +37,13 @@ async def _run(settings: Settings, body: dict) -> tuple[dict, int, float]:
 def test_mixed_shape_request_runs_in_one_call_and_matches_solo(service_bundles):
     inputs = _verify_inputs(32)
     big = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=10**6, max_batch_delay_ms=0)
-    together, calls, _ = asyncio.run(_run(big, {"inputs": inputs}))
+    headers = {}
+    together, calls, _ = asyncio.run(_run(big, {"inputs": inputs}, headers))
     assert calls == 1  # per-shape queues ran this as many calls
+    # 32 inputs, one batch: x-inference-time is that batch's time once, not once per input
+    # (summed per input it would exceed the request's total time), and it fits in the total
+    total, queue, inference = (float(headers[h]) for h in ("x-total-time", "x-queue-time", "x-inference-time"))
+    assert inference > 0 and total >= queue + inference - 0.002, (total, queue, inference)
     solo = Settings(model_repository=service_bundles, max_batch_size=1, max_batch_delay_ms=0)
     for i in (0, 7, 19, 31):
         alone, _, _ = asyncio.run(_run(solo, inputs[i]))
