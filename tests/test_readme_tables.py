@@ -1,8 +1,10 @@
-"""The README's model tables equal what the shipped bundles record (issue 21): the "Bundled
+"""The README's tables equal what the shipped bundles and the bench record (issue 21): the "Bundled
 models" table (test accuracy from `card.in_domain`, train/test sizes, parity
 `parity.max_abs_diff`, the float16 footnote) and the out-of-domain table (`card.ood_dev`,
-`card.unknown_token_share`), each figure rounded as printed. Retrain or re-export a bundle
-without updating the README and this names the cell. Reads JSON and Markdown only."""
+`card.unknown_token_share`), each figure rounded as printed; and the Performance section's
+ratio table (measured, target, met, and the quoted A / B figures) against
+`bench/results/results.json`. Retrain, re-export or re-run the bench without updating the README
+and this names the cell. Reads JSON and Markdown only."""
 
 from __future__ import annotations
 
@@ -119,3 +121,52 @@ def test_out_of_domain_table_matches_the_cards(readme):
     for ood in snli:  # the same sets for every SNLI model
         assert majority[1:4] == [percent(ood["snli-dev"]["majority"]), percent(ood["rte"]["majority"]),
                                  percent(ood["fever-symmetric"]["majority"])], (majority, ood)
+
+
+# --- the Performance section's ratio table vs bench/results/results.json ---------------------
+
+RESULTS = ROOT / "bench" / "results" / "results.json"
+# the README row (by the start of its first cell) -> the ratio(s) of results.json it prints
+RATIO_ROWS = {
+    "service / engine ceiling, single-item": ("service_single_vs_engine",),
+    "service / engine ceiling, 32-item": ("service_batch32_vs_engine",),
+    "service / HTTP floor": ("service_vs_http_floor",),
+    "service / naive": ("service_vs_naive",),
+    "service / BentoML peer": ("service_vs_peer",),
+    "p99 at 50% of saturation": ("p99_open50_vs_p50_c1",),
+    "onnxruntime / PyTorch eager": ("ort_vs_torch_batch1", "ort_vs_torch_batch32"),
+    "ACT / Transformer": ("act_vs_transformer_params", "act_vs_transformer_speed"),
+}
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+
+
+def printed_as(printed: str, value: float) -> bool:
+    """`printed` is `value` rounded to the printed decimals (either way at an exact half)."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return abs(float(printed) - value) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+def test_performance_ratio_table_matches_results_json(readme):
+    ratios = json.loads(RESULTS.read_text(encoding="utf-8"))["ratios"]
+    rows = table_after(readme, "| ratio (issue 7 target) | measured |")
+    seen = set()
+    for row in rows:
+        prefix = next((p for p in RATIO_ROWS if row[0].startswith(p)), None)
+        assert prefix, f"README performance row {row[0]!r} maps to no ratio of results.json"
+        seen.add(prefix)
+        keys = RATIO_ROWS[prefix]
+        measured = re.findall(NUMBER, row[1])
+        assert len(measured) == len(keys), (row[0], row[1])
+        for key, printed in zip(keys, measured):
+            value = ratios[key]["value"]
+            assert printed_as(printed, value), f"README {row[0]!r}: {printed}, results.json {key} is {value}"
+        first = ratios[keys[0]]
+        target = re.search(r"\(([<>]=? [\d.]+)\)$", row[0])
+        assert (target.group(1) if target else None) == first["target"], (row[0], first["target"])
+        assert row[2] == {True: "yes", False: "no", None: "-"}[first["met"]], (row[0], row[2], first["met"])
+        # the quoted figures (A / B) give the ratio, to their own rounding (1%)
+        quoted = re.match(rf"({NUMBER})[^/]*/ ({NUMBER})", row[3])
+        if quoted and len(keys) == 1:
+            a, b = (float(x.replace(",", "")) for x in quoted.groups())
+            assert abs(a / b - first["value"]) <= 0.01 * first["value"], (row[0], row[3], a / b, first["value"])
+    assert seen == set(RATIO_ROWS), f"rows missing from the README: {set(RATIO_ROWS) - seen}"
