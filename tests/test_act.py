@@ -92,6 +92,47 @@ def test_center_loss_pulls_features_and_centers_together():
     assert net.class_centers.grad[2].abs().sum() == 0
 
 
+def test_global_max_of_every_row_uses_its_own_mask_by_a_wide_margin():
+    """g (eq. 4) and the logits of every row of a padded batch equal the row's solo run, with
+    the rows rotated through every position. The top layer's filter bias sits at GELU's minimum
+    (-0.75), so a short row's feature map is negative at every valid position of some channels:
+    there a padded 0 (a max without the mask, or with another row's mask) wins by ~0.1, not by
+    the ~1e-3 of random weights; W^O x 10 makes g, and so its share of the attention scores,
+    10x larger. Without the mask a row's g differs by 0.64 and its logits by 6e-2; with row
+    0's mask for every row, by 0.62 and 5e-3; the tolerance is 1e-5 (the correct code: < 2e-7)."""
+    net = small()
+    top = net.encoder.layers[-1]
+    with torch.no_grad():
+        top.attention.filters.bias.fill_(-0.75)
+        top.attention.output.weight.mul_(10)
+    globals_, maps = [], []
+    net.encoder.register_forward_hook(lambda module, args, out: globals_.append(out[1]))
+    top.register_forward_hook(lambda module, args, out: maps.append(out[1]))
+    lengths = [2, 30, 5, 3, 17]
+    ids = ids_batch(8, lengths, max(lengths))
+    solos = []
+    for row, n in enumerate(lengths):
+        alone = ids[row:row + 1, :n]
+        with torch.no_grad():
+            logits = net(alone, padding_mask(alone))[0]
+        solos.append((logits, globals_.pop()[0]))
+        valid_max = maps.pop()[0].amax(dim=1)  # (h, m): max over the row's own positions
+        if n <= 3:  # the test has power: some channels are negative wherever the row is valid
+            assert (valid_max < -0.05).sum() >= 2, valid_max
+    for shift in range(len(lengths)):
+        order = [(r + shift) % len(lengths) for r in range(len(lengths))]
+        batch = ids[order]
+        with torch.no_grad():
+            logits = net(batch, padding_mask(batch))
+        g = globals_.pop()
+        for at, row in enumerate(order):
+            want_logits, want_g = solos[row]
+            gap_g = (g[at] - want_g).abs().max().item()
+            gap = (logits[at] - want_logits).abs().max().item()
+            assert gap_g < 1e-5, f"g of row {row} (length {lengths[row]}) at position {at} differs by {gap_g:.2e}"
+            assert gap < 1e-5, f"logits of row {row} (length {lengths[row]}) at position {at} differ by {gap:.2e}"
+
+
 def test_global_attention_is_a_distribution_over_valid_positions():
     net = small()
     ids = ids_batch(4, [3, 11, 1, 0], 11)  # includes a single-token and a fully padded row

@@ -170,6 +170,51 @@ def test_metrics_split_is_the_delta_between_scrapes() -> None:
     assert 0 < split["queue_share"] < 1
 
 
+def test_committed_ratios_follow_from_their_own_runs() -> None:
+    """bench/results/results.json, the run the README quotes: every ratio is recomputed here
+    from the runs recorded in the same file (a ratio with numerator and denominator swapped, taken
+    at the wrong concurrency or batch size, or left stale after the runs were redone breaks this),
+    and every run a ratio uses answered every request with a 2xx (errors would otherwise count
+    as throughput)."""
+    r = json.loads((REPO / "bench" / "results" / "results.json").read_text())
+    name, c = r["primary_workload"], r["settings"]["ratio_concurrency"]
+    service, ceiling = r["service"][name], r["engine_ceiling"][name]["pinned"]
+    single, batch = service["single"]["pinned"], service["batch32"]["pinned"]
+    floor, naive, peer = r["http_floor"]["pinned"], r["naive"]["pinned"], r["peer"]["pinned"]
+
+    def at(runs: list[dict], concurrency: int) -> dict:
+        (run,) = [x for x in runs if x["concurrency"] == concurrency]
+        return run
+
+    def best(runs: list[dict], key: str) -> float:
+        return max(x[key] for x in runs)
+
+    open50 = next(x for x in service["open_loop"] if x["fraction_of_saturation"] == 0.5)
+    compare, act = r["ort_vs_torch"][name], r["act_vs_transformer"]
+    want = {
+        "service_single_vs_engine": best(single, "items_per_s") / ceiling[str(r["settings"]["service"]["max_batch_size"])]["items_per_s"],
+        "service_batch32_vs_engine": best(batch, "items_per_s") / ceiling["32"]["items_per_s"],
+        "service_vs_http_floor": best(single, "requests_per_s") / best(floor, "requests_per_s"),
+        "service_vs_naive": at(single, c)["requests_per_s"] / at(naive, c)["requests_per_s"],
+        "service_vs_peer": at(single, c)["requests_per_s"] / at(peer, c)["requests_per_s"],
+        "p99_open50_vs_p50_c1": open50["latency_ms"]["p99"] / at(single, 1)["latency_ms"]["p50"],
+        "ort_vs_torch_batch1": compare["1"]["torch_eager"]["median_ms"] / compare["1"]["onnxruntime"]["median_ms"],
+        "ort_vs_torch_batch32": compare["32"]["torch_eager"]["median_ms"] / compare["32"]["onnxruntime"]["median_ms"],
+        "act_vs_transformer_params": act["act"]["parameters_without_word_embeddings"]
+        / act["transformer"]["parameters_without_word_embeddings"],
+        "act_vs_transformer_speed": act["transformer"]["median_ms"] / act["act"]["median_ms"],
+    }
+    assert set(want) == set(r["ratios"])
+    for key, value in want.items():
+        assert r["ratios"][key]["value"] == pytest.approx(value, abs=5.1e-4), (key, r["ratios"][key], value)
+    for where, runs in (("single", single), ("batch32", batch), ("floor", floor), ("naive", naive), ("peer", peer),
+                        ("open loop", service["open_loop"])):
+        for run in runs:
+            assert run["requests"] > 0 and run["errors"]["total"] == 0 and run["errors"]["status"] == 0, (where, run)
+    assert r["naive"]["status"] == r["peer"]["status"] == "ok"
+    assert c in [x["concurrency"] for x in single]
+
+
 def test_ratio_targets() -> None:
     from bench.suite import _ratio
 

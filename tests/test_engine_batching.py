@@ -22,10 +22,12 @@ def _verify_inputs(n: int, seed: int = 3) -> list[dict]:
     return [{"claim": text(2, 14), "evidence": [text(1, 22) for _ in range(rng.randint(1, 5))]} for _ in range(n)]
 
 
-async def _run(settings: Settings, body: dict) -> tuple[dict, int, float]:
+async def _run(settings: Settings, body: dict, headers: dict | None = None) -> tuple[dict, int, float]:
     async with running_app(settings) as (app, client):
         r = await client.post("/verify", json=body)
         assert r.status_code == 200, r.text
+        if headers is not None:
+            headers.update(r.headers)
         text = (await client.get("/metrics")).text
         calls = sum(metric_samples(text, "attserve_batch_size_count").values())
         tokens = sum(metric_samples(text, "attserve_batch_tokens_sum").values())
@@ -35,8 +37,13 @@ async def _run(settings: Settings, body: dict) -> tuple[dict, int, float]:
 def test_mixed_shape_request_runs_in_one_call_and_matches_solo(service_bundles):
     inputs = _verify_inputs(32)
     big = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=10**6, max_batch_delay_ms=0)
-    together, calls, _ = asyncio.run(_run(big, {"inputs": inputs}))
+    headers = {}
+    together, calls, _ = asyncio.run(_run(big, {"inputs": inputs}, headers))
     assert calls == 1  # per-shape queues ran this as many calls
+    # 32 inputs, one batch: x-inference-time is that batch's time once, not once per input
+    # (summed per input it would exceed the request's total time), and it fits in the total
+    total, queue, inference = (float(headers[h]) for h in ("x-total-time", "x-queue-time", "x-inference-time"))
+    assert inference > 0 and total >= queue + inference - 0.002, (total, queue, inference)
     solo = Settings(model_repository=service_bundles, max_batch_size=1, max_batch_delay_ms=0)
     for i in (0, 7, 19, 31):
         alone, _, _ = asyncio.run(_run(solo, inputs[i]))
@@ -46,12 +53,23 @@ def test_mixed_shape_request_runs_in_one_call_and_matches_solo(service_bundles):
         assert all(abs(a - b) < 1e-4 for a, b in zip(got["evidence_scores"], want["evidence_scores"], strict=True))
 
 
+def _token_histogram(settings: Settings, body: dict) -> dict[float, float]:
+    """Cumulative counts of the /verify model's attserve_batch_tokens histogram: {le: count}."""
+    async def scenario():
+        async with running_app(settings) as (app, client):
+            r = await client.post("/verify", json=body)
+            assert r.status_code == 200, r.text
+            return metric_samples((await client.get("/metrics")).text, "attserve_batch_tokens_bucket")
+    samples = asyncio.run(scenario())
+    return {float(dict(k)["le"]): v for k, v in samples.items() if dict(k)["model"] == "fever"}
+
+
 def test_token_budget_splits_batches_and_bounds_padded_tokens(service_bundles):
     inputs = _verify_inputs(32)
     budget = 2048
     tight = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=budget, max_batch_delay_ms=0)
     _, calls, tokens = asyncio.run(_run(tight, {"inputs": inputs}))
-    assert calls > 1
+    assert calls > 1  # the whole request padded to its largest item costs more than 2048 tokens
     assert tokens <= budget * calls
 
 
@@ -88,3 +106,23 @@ def test_tokenizing_runs_in_the_inference_thread_batched_across_requests(service
     assert texts >= 2 * requests
     # two fields per entailment input: one encode per field per step; concurrent requests share steps
     assert len(calls) < 2 * requests, f"{len(calls)} encode calls for {requests} requests"
+
+
+def test_every_batch_stays_within_a_small_token_budget(service_bundles):
+    """Observed in the batch-tokens histogram (buckets are powers of two, so a budget of 1024 is
+    a bucket edge): every batch is within the budget, none is a needless fragment. Catches a
+    batcher that ignores max_batch_tokens (one batch of ~2-4k tokens), that counts the budget
+    per item instead of per batch (same), or that checks it one item late (a batch over 1024);
+    the lower bound catches one that splits far below the budget (e.g. one item per batch)."""
+    inputs = _verify_inputs(32)
+    budget = 1024
+    tight = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=budget, max_batch_delay_ms=0)
+    histogram = _token_histogram(tight, {"inputs": inputs})
+    batches = histogram[float("inf")]
+    assert batches >= 3, histogram  # 4 batches here, each over 512 tokens: more than 2 x 1024 in all
+    assert histogram[float(budget)] == batches, f"a batch exceeded max_batch_tokens={budget}: {histogram}"
+    # greedy filling: every batch but possibly the last is more than half the budget
+    assert histogram[float(budget // 2)] <= 1, f"batches far below the budget: {histogram}"
+    unlimited = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=10**6, max_batch_delay_ms=0)
+    alone = _token_histogram(unlimited, {"inputs": inputs})
+    assert alone[float("inf")] == 1 and alone[float(budget)] == 0, alone  # without the budget: one batch over 1024

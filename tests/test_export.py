@@ -32,7 +32,7 @@ from models.layers import Conv1dSame, classifier_head, masked_max, masked_softma
 from service.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleError, check_output_width, load_bundle, sha256_file
 from service.tokenization import TextEncoder
 from training.batching import encode_examples, label_ids
-from training.checkpoint import load_checkpoint, make_meta, save_checkpoint
+from training.checkpoint import load_checkpoint, load_examples, make_meta, save_checkpoint
 from training.examples import ClaimExample, PairExample, TextExample, texts_of
 from training.tokenizer import build_tokenizer, save_tokenizer
 
@@ -328,16 +328,35 @@ def test_failed_export_keeps_the_existing_bundle(bundles, checkpoints, tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ["served"]
 
 
-def test_variants_measured_and_shipped_only_when_accurate(bundles):
+def test_variants_measured_and_shipped_only_when_accurate(bundles, checkpoints):
     bundle = load_bundle(bundles["classification"])
     variants = bundle.config.metrics["variants"]
     assert variants["measured_on"]["examples"] == 96
-    assert variants["fp32"]["accuracy"] is not None
+    # fp32 accuracy recomputed here: the shipped graph on the checkpoint's 96 parity examples in
+    # one padded batch, against their gold labels (breaks if the figure is computed against the
+    # wrong labels or label order, on another graph, or over a wrong count of examples)
+    examples = load_examples(checkpoints["classification"])
+    assert len(examples) == 96
+    encoder = TextEncoder.from_file(bundle.tokenizer_path)
+    ids = encode_examples(encoder, examples, MAX_LENGTHS["classification"], MAX_EVIDENCE)
+    session = ort.InferenceSession(str(bundle.model_path), providers=["CPUExecutionProvider"])
+    logits = session.run(None, dict(zip(bundle.config.inputs, ids)))[0]
+    gold = label_ids(examples, LABELS["classification"])
+    assert variants["fp32"]["accuracy"] == round(100.0 * float(np.mean(logits.argmax(-1) == gold)), 3)
     measured = [name for name in ("optimized", "fp16", "int8") if "speed_ratio" in variants[name]]
     assert "optimized" in measured and "int8" in measured
     for name in measured:
         entry = variants[name]
-        assert 0 <= entry["agreement_with_fp32"] <= 100 and entry["speed_ratio"] > 0
+        assert 0 <= entry["agreement_with_fp32"] <= 100
+        # a variant gains or loses accuracy only on the examples where it disagrees with fp32
+        delta = entry["accuracy"] - variants["fp32"]["accuracy"]
+        assert entry["accuracy_delta_points"] == pytest.approx(delta, abs=1e-3)
+        assert abs(delta) <= 100 - entry["agreement_with_fp32"] + 1e-3, (name, entry)
+        # the ratio is fp32's time over the variant's (an inverted or swapped ratio breaks this);
+        # both times are the best of the same interleaved repeats, so within 1e-3 of rounding
+        ratio = variants["fp32"]["seconds"] / entry["seconds"]
+        assert entry["speed_ratio"] == pytest.approx(ratio, rel=2e-3, abs=2e-3), (name, entry, ratio)
+        assert entry["seconds"] > 0 and variants["fp32"]["seconds"] > 0
         path = bundle.path / f"model.{name}.onnx"
         assert entry["shipped"] == (100 - entry["agreement_with_fp32"] < 0.5)
         assert path.is_file() == entry["shipped"]

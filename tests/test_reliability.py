@@ -173,6 +173,38 @@ def test_broken_bundles_are_refused_at_start_and_never_ready(service_bundles, tm
     assert any(r["message"] == "service not ready" for r in server.log_records())
 
 
+def swap_vocabulary_ids(tokenizer: Path, a: str, b: str) -> None:
+    """Alter a tokenizer the way an attacker would: still valid, still loadable, but two words
+    swapped (every sentence containing them now means something else to the model)."""
+    data = json.loads(tokenizer.read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    tokenizer.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_altered_tokenizer_is_refused_by_its_checksum_naming_the_file(service_bundles, tmp_path):
+    """Only the tokenizer is altered (the model file and its checksum are intact): the load must
+    fail on tokenizer_sha256 alone. A loader that checked only model_sha256 would serve the
+    swapped vocabulary silently (the altered file loads fine, as the last lines show)."""
+    from service.bundle import BundleError, load_bundle, sha256_file
+    from service.runtime import ModelRuntime
+
+    bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
+    tokenizer = bundle / "tokenizer.json"
+    expected = json.loads((bundle / "config.json").read_text())["tokenizer_sha256"]
+    swap_vocabulary_ids(tokenizer, "man", "woman")
+    actual = sha256_file(tokenizer)
+    assert actual != expected
+    message = rf"{tokenizer}: sha256 {actual} does not match config\.json \({expected}\); the file was altered"
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle)
+    with pytest.raises(BundleError, match=message):
+        ModelRuntime.load(bundle, ["CPUExecutionProvider"], threads=1)
+    # the same file, vouched for by config.json, loads: only the checksum refused it above
+    set_checksum(bundle, "tokenizer.json", "tokenizer_sha256")
+    ModelRuntime.load(bundle, ["CPUExecutionProvider"], threads=1)
+
+
 def test_smuggled_pickle_tokenizer_is_refused_naming_the_file(service_bundles, tmp_path):
     from service.bundle import BundleError
     from service.runtime import ModelRuntime

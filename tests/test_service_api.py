@@ -40,6 +40,20 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict:
     return body
 
 
+def timing_headers(response: httpx.Response) -> tuple[float, float, float]:
+    """(x-total-time, x-queue-time, x-inference-time) in ms."""
+    return tuple(float(response.headers[h]) for h in ("x-total-time", "x-queue-time", "x-inference-time"))
+
+
+def assert_timing_headers(response: httpx.Response) -> None:
+    """One input: queue wait then inference, both inside the request's total time (each header
+    is rounded to 1 us). Breaks if the total is taken before the answer is ready, if either
+    part is counted twice or in the wrong unit (s vs ms), or if a part is negative."""
+    total, queue, inference = timing_headers(response)
+    assert queue >= 0.0 and inference > 0.0, (total, queue, inference)
+    assert total >= queue + inference - 0.002, (total, queue, inference)
+
+
 def test_endpoints_single_and_batch(service_bundles):
     async def scenario():
         async with running_app(settings(service_bundles)) as (app, client):
@@ -47,9 +61,7 @@ def test_endpoints_single_and_batch(service_bundles):
                                                         "hypothesis": "nobody is playing music ."})
             assert r.status_code == 200
             assert_prediction(r.json(), "nli")  # the only entailment model is the default
-            for header in ("x-total-time", "x-queue-time", "x-inference-time"):
-                assert float(r.headers[header]) >= 0.0
-            assert float(r.headers["x-total-time"]) >= float(r.headers["x-inference-time"])
+            assert_timing_headers(r)
 
             pairs = [{"premise": "two dogs run", "hypothesis": "dogs are running"},
                      {"premise": "the children are sleeping", "hypothesis": "children play outside"}]
@@ -308,3 +320,23 @@ def test_objects_alive_at_ready_are_frozen_out_of_the_collector(service_bundles)
             assert any(o is fresh for o in gc.get_objects())  # what requests allocate still is collected
 
     asyncio.run(scenario())
+
+
+def test_queue_time_header_includes_the_batch_delay(service_bundles):
+    """A lone input waits max_batch_delay_ms for company before its batch closes: x-queue-time
+    shows that wait, and x-total-time contains it. Breaks if the queue time is measured from
+    the batch's start instead of the input's arrival (reads ~0), if the batcher runs without
+    waiting for the delay, or if the header reports seconds as milliseconds."""
+    delay_ms = 80
+
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles, max_batch_delay_ms=delay_ms,
+                                        max_batch_size=32)) as (app, client):
+            return [await client.post("/classify", json={"text": f"the film was dull {i} .", "model": "sentiment"})
+                    for i in range(2)]
+    for r in asyncio.run(scenario()):
+        assert r.status_code == 200, r.text
+        total, queue, inference = timing_headers(r)
+        assert queue >= delay_ms - 0.01, (total, queue, inference)
+        assert queue < delay_ms + 2000, (total, queue, inference)
+        assert_timing_headers(r)
