@@ -74,7 +74,7 @@ if ! podman image exists "$BASE"; then
     # The image's apt uses the host's mirror; the host's extra CAs (an egress proxy) are trusted.
     rm -f "$ROOTFS/etc/apt/sources.list"; cp /etc/apt/sources.list.d/debian.sources "$ROOTFS/etc/apt/sources.list.d/"
     cp /usr/local/share/ca-certificates/*.crt "$ROOTFS/usr/local/share/ca-certificates/" 2>/dev/null || true
-    chroot "$ROOTFS" update-ca-certificates >/dev/null
+    chroot "$ROOTFS" update-ca-certificates >/dev/null 2>&1
     chroot "$ROOTFS" apt-get clean; rm -rf "$ROOTFS/var/lib/apt/lists/"*
     tar -C "$ROOTFS" -c . | run import podman import \
         --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
