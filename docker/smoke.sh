@@ -27,7 +27,8 @@ PROM_IMAGE=localhost/attserve-prometheus:debian       # docker/smoke/compose.ove
 JOB=attserve                                          # docker/prometheus/prometheus.yml's job
 
 say() { printf '[smoke %3ds] %s\n' "$SECONDS" "$*"; }
-fail() { echo "SMOKE FAIL: $*" >&2; exit 1; }
+# Once the containers are up, the exit trap shows their logs first and this line last.
+fail() { FAILED="$*"; [ -n "${TRAPPED:-}" ] || echo "SMOKE FAIL: $*" >&2; exit 1; }
 # run LOGNAME CMD...: the command's output goes to a log, whose tail is shown when it fails.
 run() {
     local log="$LOGS/$1.log"; shift
@@ -116,15 +117,17 @@ on_exit() {
     if [ "$status" != 0 ]; then
         for service in api prometheus; do
             local name; name=$(container "$service")
-            [ -n "$name" ] && { echo "--- podman logs --tail 20 $name:" >&2; podman logs --tail 20 "$name" >&2 || true; }
+            [ -n "$name" ] && { echo "--- podman logs --tail 15 $name:" >&2; podman logs --tail 15 "$name" >&2 || true; }
         done
         echo "(build and compose logs: $LOGS)" >&2
+        [ -z "${FAILED:-}" ] || echo "SMOKE FAIL: $FAILED" >&2
     fi
     "${COMPOSE[@]}" down -v >/dev/null 2>&1 || true
     [ "$status" = 0 ] && rm -rf "$LOGS"
     exit "$status"
 }
-trap on_exit EXIT
+trap on_exit EXIT; TRAPPED=1
+check() { python3 docker/smoke/checks.py "$@" 2>"$LOGS/check.err" || fail "$(sed 's/^SMOKE FAIL: //' "$LOGS/check.err" | tail -n 5)"; }
 say "podman-compose up api prometheus (docker-compose.yml + docker/smoke/compose.override.yml)"
 say "not run here: grafana (grafana/grafana cannot be pulled: no registry, and Grafana has no Debian or PyPI package)"
 say "not run here: proxy (nginxinc/nginx-unprivileged cannot be pulled; Debian's nginx 1.22 lacks upstream 'resolve'), the api is reached directly"
@@ -135,14 +138,16 @@ API_CTR=$(container api); PROM_CTR=$(container prometheus)
 ready=""
 for _ in $(seq 1 120); do
     curl -fsS "$API/health/ready" >/dev/null 2>&1 && { ready=1; break; }
-    [ "$(podman inspect "$API_CTR" --format '{{.State.Running}}')" = true ] \
-        || fail "the api exited under docker-compose.yml's settings (exit $(podman inspect "$API_CTR" --format '{{.State.ExitCode}}'))"
+    # compose's restart policy restarts a crashing api: any restart is a failure.
+    read -r running restarts exit_code < <(podman inspect "$API_CTR" --format '{{.State.Running}} {{.RestartCount}} {{.State.ExitCode}}')
+    [ "$running" = true ] && [ "$restarts" = 0 ] \
+        || fail "the api exited under docker-compose.yml's settings (running=$running, restarts=$restarts, last exit code $exit_code; its log above)"
     sleep 1
 done
 [ -n "$ready" ] || fail "the api is not ready after 120 s under docker-compose.yml's settings"
 say "api ready on $API"
-python3 docker/smoke/checks.py hardening "$LOGS/compose.json" api "$API_CTR"
-python3 docker/smoke/checks.py hardening "$LOGS/compose.json" prometheus "$PROM_CTR"
+check hardening "$LOGS/compose.json" api "$API_CTR"
+check hardening "$LOGS/compose.json" prometheus "$PROM_CTR"
 [ "$(podman exec "$API_CTR" id -u)" = 10001 ] || fail "the api does not run as uid 10001"
 podman exec "$API_CTR" python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is not None)' \
     || fail "torch is in the image"
@@ -170,7 +175,7 @@ post classify '{}' 422
 expected=$(for key in "${!sent[@]}"; do printf '%s\n%s\n' "$key" "${sent[$key]}"; done \
     | python3 -c 'import json, sys; l = sys.stdin.read().split(); print(json.dumps(dict(zip(l[::2], map(int, l[1::2])))))')
 say "answered each task; sent $expected"
-python3 docker/smoke/checks.py scrape "$PROM" "$JOB" "$expected" 60
+check scrape "$PROM" "$JOB" "$expected" 30
 
 grace=$(python3 -c 'import json, re, sys; g = json.load(open(sys.argv[1]))["services"]["api"]["stop_grace_period"]; print(sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", g)))' "$LOGS/compose.json")
 t0=$SECONDS
