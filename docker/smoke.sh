@@ -51,7 +51,9 @@ mkdir -p "$STATE"
 if ! "$STATE/venv/bin/podman-compose" --version 2>/dev/null | grep -q "podman-compose version 1.6.0"; then
     say "installing podman-compose 1.6.0 (docker/smoke/podman-compose.lock) into $STATE/venv"
     rm -rf "$STATE/venv"
-    run venv python3 -m venv "$STATE/venv" \
+    # Debian's own python3 needs python3-venv for `-m venv`.
+    { run venv python3 -m venv "$STATE/venv" \
+        || { run apt apt-get install -y -qq python3-venv && run venv /usr/bin/python3 -m venv "$STATE/venv"; }; } \
         && run venv "$STATE/venv/bin/pip" install -q --disable-pip-version-check --require-hashes \
             -r docker/smoke/podman-compose.lock \
         || fail "could not install podman-compose"
@@ -59,8 +61,9 @@ fi
 # podman's own settings, for this script's podman calls only (/etc/containers is left alone):
 # - root's default rlimits (nofile 1048576) exceed what these machines allow: runc fails;
 # - crun (Debian's default) fails with "cgroups in hybrid mode not supported"; runc works.
+nofile=$(ulimit -Hn); [ "$nofile" != unlimited ] || nofile=1048576
 printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n' \
-    "$(ulimit -Hn)" "$(ulimit -Hn)" >"$STATE/containers.conf"
+    "$nofile" "$nofile" >"$STATE/containers.conf"
 export CONTAINERS_CONF="$STATE/containers.conf"
 say "$(podman --version), $(runc --version | head -n 1), $("$STATE/venv/bin/podman-compose" --version | head -n 1)"
 
@@ -175,7 +178,7 @@ post classify '{}' 422
 expected=$(for key in "${!sent[@]}"; do printf '%s\n%s\n' "$key" "${sent[$key]}"; done \
     | python3 -c 'import json, sys; l = sys.stdin.read().split(); print(json.dumps(dict(zip(l[::2], map(int, l[1::2])))))')
 say "answered each task; sent $expected"
-check scrape "$PROM" "$JOB" "$expected" 30
+check scrape "$PROM" "$JOB" "$expected" 60
 
 grace=$(python3 -c 'import json, re, sys; g = json.load(open(sys.argv[1]))["services"]["api"]["stop_grace_period"]; print(sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", g)))' "$LOGS/compose.json")
 t0=$SECONDS

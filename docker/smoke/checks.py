@@ -86,30 +86,36 @@ def scrape(base: str, job: str, expected_json: str, timeout_s: str) -> None:
     deadline = time.monotonic() + float(timeout_s)
     up: list[dict] = []
     counted: dict[str, float] = {}
+    last_error = "none"
     while time.monotonic() < deadline:
         try:
             up = query(base, f'up{{job="{job}"}}')
             counted = {f"{r['metric'].get('endpoint')}/{r['metric'].get('status')}": float(r["value"][1])
                        for r in query(base, f'sum by (endpoint, status) (attserve_requests_total{{job="{job}"}})')}
-        except OSError:
-            pass
+        except OSError as error:  # a slow or not yet listening Prometheus: ask again
+            last_error = repr(error)
         if up and all(r["value"][1] == "1" for r in up) and counted == expected:
             print(f"prometheus: up{{job=\"{job}\"}} == 1 for {len(up)} target(s), "
                   f"attserve_requests_total scraped = sent {json.dumps(expected)}")
             return
         time.sleep(1)
     if not up:
-        targets = ""
-        try:
-            with urllib.request.urlopen(f"{base}/api/v1/targets", timeout=10) as response:
-                targets = json.dumps(json.load(response)["data"]["activeTargets"])[:600]
-        except OSError as error:
-            targets = str(error)
-        fail(f"Prometheus has no target for job {job!r} after {timeout_s} s (scrape config?); targets: {targets}")
+        fail(f"Prometheus has no target for job {job!r} after {timeout_s} s (scrape config?); targets: {targets(base)}")
     down = [r["metric"].get("instance") for r in up if r["value"][1] != "1"]
     if down:
-        fail(f"Prometheus cannot scrape job {job!r}: up == 0 for {down}")
-    fail(f"attserve_requests_total scraped by Prometheus is {json.dumps(counted)}, the smoke sent {json.dumps(expected)}")
+        fail(f"Prometheus cannot scrape job {job!r}: up == 0 for {down}; targets: {targets(base)}")
+    fail(f"attserve_requests_total scraped by Prometheus is {json.dumps(counted)}, the smoke sent "
+         f"{json.dumps(expected)}; targets: {targets(base)}; last query error: {last_error}")
+
+
+def targets(base: str) -> str:
+    """The active targets, briefly: where Prometheus scrapes, when it last did, its last error."""
+    try:
+        with urllib.request.urlopen(f"{base}/api/v1/targets", timeout=10) as response:
+            active = json.load(response)["data"]["activeTargets"]
+    except OSError as error:
+        return str(error)
+    return json.dumps([{k: t.get(k) for k in ("scrapeUrl", "health", "lastScrape", "lastError")} for t in active])
 
 
 if __name__ == "__main__":
