@@ -134,6 +134,7 @@ check() { python3 docker/smoke/checks.py "$@" 2>"$LOGS/check.err" || fail "$(sed
 say "podman-compose up api prometheus (docker-compose.yml + docker/smoke/compose.override.yml)"
 say "not run here: grafana (grafana/grafana cannot be pulled: no registry, and Grafana has no Debian or PyPI package)"
 say "not run here: proxy (nginxinc/nginx-unprivileged cannot be pulled; Debian's nginx 1.22 lacks upstream 'resolve'), the api is reached directly"
+check single-ports "$LOGS/compose.json"
 run compose-up "${COMPOSE[@]}" up -d --no-build api prometheus || fail "podman-compose up failed"
 API_CTR=$(container api); PROM_CTR=$(container prometheus)
 [ -n "$API_CTR" ] && [ -n "$PROM_CTR" ] || fail "podman-compose did not create the api and prometheus containers"

@@ -4,6 +4,8 @@
       The container runs under exactly what docker-compose.yml sets for SERVICE (read_only,
       tmpfs, cap_drop, security_opt, mem_limit, pids_limit), seen by podman inspect and, for
       capabilities, no-new-privileges and the read-only root, from inside the container.
+  checks.py single-ports COMPOSE_JSON
+      No service publishes a port range (podman rejects them).
   checks.py scrape PROMETHEUS_URL JOB EXPECTED_JSON TIMEOUT_S
       Prometheus has `up{job=JOB} == 1` for every target and, within TIMEOUT_S, scraped
       attserve_requests_total equal to EXPECTED_JSON ({"endpoint/status": count}).
@@ -72,6 +74,18 @@ def hardening(compose_json: str, service: str, container: str) -> None:
     print(f"{where}: runs under compose's {', '.join(checked)}")
 
 
+def single_ports(compose_json: str) -> None:
+    """podman(-compose) rejects a published range such as `8000-8009:8000` ("host and container
+    port ranges have different lengths"); Docker Compose accepts it. Only single ports keep
+    docker-compose.yml portable."""
+    ranges = [f"{name}: {port.get('published')}:{port.get('target')}"
+              for name, service in json.load(open(compose_json))["services"].items()
+              for port in service.get("ports", []) if "-" in str(port.get("published", ""))]
+    if ranges:
+        fail(f"docker-compose.yml publishes port ranges, which podman rejects: {ranges}")
+    print("docker-compose.yml: every published port is a single port (portable to podman-compose)")
+
+
 def query(base: str, expr: str) -> list[dict]:
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -120,4 +134,4 @@ def targets(base: str) -> str:
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"hardening": hardening, "scrape": scrape}[command](*args)
+    {"hardening": hardening, "scrape": scrape, "single-ports": single_ports}[command](*args)
