@@ -70,13 +70,15 @@ say "$(podman --version), $(runc --version | head -n 1), $("$STATE/venv/bin/podm
 # --- images ------------------------------------------------------------------------------------
 if ! podman image exists "$BASE"; then
     say "making $BASE with debootstrap (once per machine)"
-    MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+    SOURCES=/etc/apt/sources.list.d/debian.sources
+    MIRROR=$(awk '/^URIs:/{print $2; exit}' "$SOURCES" 2>/dev/null || true)
+    MIRROR=${MIRROR:-http://deb.debian.org/debian}
     ROOTFS=$(mktemp -d /tmp/attserve-smoke-rootfs.XXXXXX)
     run debootstrap debootstrap --variant=minbase \
         --include=python3,python3-venv,python3-pip,python-is-python3,ca-certificates \
         bookworm "$ROOTFS" "$MIRROR" || { rm -rf "$ROOTFS"; fail "debootstrap of the base image failed"; }
     # The image's apt uses the host's mirror; the host's extra CAs (an egress proxy) are trusted.
-    rm -f "$ROOTFS/etc/apt/sources.list"; cp /etc/apt/sources.list.d/debian.sources "$ROOTFS/etc/apt/sources.list.d/"
+    [ ! -f "$SOURCES" ] || { rm -f "$ROOTFS/etc/apt/sources.list"; cp "$SOURCES" "$ROOTFS/etc/apt/sources.list.d/"; }
     cp /usr/local/share/ca-certificates/*.crt "$ROOTFS/usr/local/share/ca-certificates/" 2>/dev/null || true
     chroot "$ROOTFS" update-ca-certificates >/dev/null 2>&1
     chroot "$ROOTFS" apt-get clean; rm -rf "$ROOTFS/var/lib/apt/lists/"*
