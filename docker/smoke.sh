@@ -1,57 +1,193 @@
 #!/usr/bin/env bash
-# Passed once by hand (00:40 UTC) on this root Debian 12 machine; issue 22 was cut short by the deadline:
-# Builds docker/Dockerfile with podman on a
-# Debian 12 root machine (no Docker engine, no registry) on a local debootstrap base, run it with
-# the compose file's hardening flags, and smoke-test it. Not wired into .ci/run yet (CI cost unmeasured).
-# Adapted from ../shared/tools/container-smoke/podman-smoke.sh (which passed here in ~75 s).
+# The image and the compose api + Prometheus pair, built and run for real without a Docker
+# engine or a registry (root, Debian 12; .ci/run runs it). See docker/README.md, "Smoke test".
+#
+#   1. podman, runc and debootstrap from Debian; podman-compose (pinned, hashed) in a venv.
+#   2. A local Debian bookworm base with Python 3.11 (debootstrap, once per machine), standing
+#      in for python:3.11-slim-bookworm; docker/Dockerfile built on it, and a Prometheus image
+#      built on it from Debian's package (docker/prometheus/Dockerfile.local).
+#   3. `podman-compose up api prometheus` with docker-compose.yml itself (plus
+#      docker/smoke/compose.override.yml: the api's port published, the local Prometheus image),
+#      so the api runs under exactly the hardening compose sets; checked from podman inspect
+#      and /proc inside the container against `docker-compose config` of docker-compose.yml.
+#   4. Ready, each task answered, uid 10001, the HEALTHCHECKs, no torch in the image;
+#      Prometheus scrapes the api (up == 1, attserve_requests_total == the requests sent);
+#      SIGTERM drains with exit 0 within compose's stop_grace_period.
+# Idempotent: the base and the layers stay cached between runs; leftovers of an interrupted run
+# are removed first. Exit status non-zero with a `SMOKE FAIL: ...` line when any check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PORT="${PORT:-18000}"; NAME=attserve-smoke; IMAGE=localhost/attserve:cpu; BASE=localhost/debian:bookworm
-fail() { echo "SMOKE FAIL: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || fail "needs root (podman + debootstrap)"
+
+STATE="${SMOKE_STATE_DIR:-/var/lib/attserve-smoke}"   # podman-compose venv, containers.conf
+LOGS="$(mktemp -d /tmp/attserve-smoke.XXXXXX)"
+PROJECT=attserve-smoke
+BASE=localhost/debian:bookworm
+API_IMAGE=attserve:cpu                                # docker-compose.yml's name (podman: localhost/)
+PROM_IMAGE=localhost/attserve-prometheus:debian       # docker/smoke/compose.override.yml's name
+JOB=attserve                                          # docker/prometheus/prometheus.yml's job
+
+say() { printf '[smoke %3ds] %s\n' "$SECONDS" "$*"; }
+# Once the containers are up, the exit trap shows their logs first and this line last.
+fail() { FAILED="$*"; [ -n "${TRAPPED:-}" ] || echo "SMOKE FAIL: $*" >&2; exit 1; }
+# run LOGNAME CMD...: the command's output goes to a log, whose tail is shown when it fails.
+run() {
+    local log="$LOGS/$1.log"; shift
+    "$@" >"$log" 2>&1 && return 0
+    echo "--- last lines of $log:" >&2; tail -n 25 "$log" >&2; return 1
+}
+
+[ "$(id -u)" = 0 ] || fail "needs root (podman, debootstrap)"
 export DEBIAN_FRONTEND=noninteractive
-command -v podman >/dev/null && command -v debootstrap >/dev/null && command -v runc >/dev/null || {
-    apt-get update -qq && apt-get install -y -qq podman debootstrap runc >/dev/null; } \
-    || fail "could not install podman/debootstrap from apt"
-# No CAP_SYS_RESOURCE here: podman's root default rlimits make runc fail.
-[ -f /etc/containers/containers.conf ] || printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n' \
-    "$(ulimit -Hn)" "$(ulimit -Hn)" > /etc/containers/containers.conf
-# crun (podman's default here) fails with "cgroups in hybrid mode not supported"; runc works.
-grep -q '^\[engine\]' /etc/containers/containers.conf || printf '[engine]\nruntime = "runc"\n' >> /etc/containers/containers.conf
-# Local stand-in for python:3.11-slim-bookworm (built once per machine; later steps reuse it).
-if ! podman image exists "$BASE"; then
-    MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-    R=$(mktemp -d)
-    debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,python-is-python3,ca-certificates \
-        bookworm "$R" "$MIRROR" >/dev/null || fail "debootstrap failed"
-    rm -f "$R/etc/apt/sources.list"; cp /etc/apt/sources.list.d/debian.sources "$R/etc/apt/sources.list.d/"
-    cp /usr/local/share/ca-certificates/*.crt "$R/usr/local/share/ca-certificates/" 2>/dev/null || true
-    chroot "$R" update-ca-certificates >/dev/null; chroot "$R" apt-get clean; rm -rf "$R/var/lib/apt/lists/"*
-    tar -C "$R" -c . | podman import --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
-        --change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' --change 'ENV LANG=C.UTF-8' - "$BASE"
-    rm -rf "$R"
+
+# --- tools -------------------------------------------------------------------------------------
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
+    say "installing podman, runc, debootstrap from Debian"
+    run apt apt-get update -qq || fail "apt-get update failed"
+    run apt apt-get install -y -qq podman runc debootstrap || fail "could not install podman/runc/debootstrap from apt"
 fi
+# Compose v2, the reference parser of docker-compose.yml (docker/ci-deps.sh pins it).
+command -v docker-compose >/dev/null || run ci-deps bash docker/ci-deps.sh || fail "docker/ci-deps.sh failed"
+mkdir -p "$STATE"
+if ! "$STATE/venv/bin/podman-compose" --version 2>/dev/null | grep -q "podman-compose version 1.6.0"; then
+    say "installing podman-compose 1.6.0 (docker/smoke/podman-compose.lock) into $STATE/venv"
+    rm -rf "$STATE/venv"
+    # Debian's own python3 needs python3-venv for `-m venv`.
+    { run venv python3 -m venv "$STATE/venv" \
+        || { run apt apt-get install -y -qq python3-venv && run venv /usr/bin/python3 -m venv "$STATE/venv"; }; } \
+        && run venv "$STATE/venv/bin/pip" install -q --disable-pip-version-check --require-hashes \
+            -r docker/smoke/podman-compose.lock \
+        || fail "could not install podman-compose"
+fi
+# podman's own settings, for this script's podman calls only (/etc/containers is left alone):
+# - root's default rlimits (nofile 1048576) exceed what these machines allow: runc fails;
+# - crun (Debian's default) fails with "cgroups in hybrid mode not supported"; runc works.
+nofile=$(ulimit -Hn); [ "$nofile" != unlimited ] || nofile=1048576
+printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n' \
+    "$nofile" "$nofile" >"$STATE/containers.conf"
+export CONTAINERS_CONF="$STATE/containers.conf"
+say "$(podman --version), $(runc --version | head -n 1), $("$STATE/venv/bin/podman-compose" --version | head -n 1)"
+
+# --- images ------------------------------------------------------------------------------------
+if ! podman image exists "$BASE"; then
+    say "making $BASE with debootstrap (once per machine)"
+    SOURCES=/etc/apt/sources.list.d/debian.sources
+    MIRROR=$(awk '/^URIs:/{print $2; exit}' "$SOURCES" 2>/dev/null || true)
+    MIRROR=${MIRROR:-http://deb.debian.org/debian}
+    ROOTFS=$(mktemp -d /tmp/attserve-smoke-rootfs.XXXXXX)
+    run debootstrap debootstrap --variant=minbase \
+        --include=python3,python3-venv,python3-pip,python-is-python3,ca-certificates \
+        bookworm "$ROOTFS" "$MIRROR" || { rm -rf "$ROOTFS"; fail "debootstrap of the base image failed"; }
+    # The image's apt uses the host's mirror; the host's extra CAs (an egress proxy) are trusted.
+    [ ! -f "$SOURCES" ] || { rm -f "$ROOTFS/etc/apt/sources.list"; cp "$SOURCES" "$ROOTFS/etc/apt/sources.list.d/"; }
+    cp /usr/local/share/ca-certificates/*.crt "$ROOTFS/usr/local/share/ca-certificates/" 2>/dev/null || true
+    chroot "$ROOTFS" update-ca-certificates >/dev/null 2>&1
+    chroot "$ROOTFS" apt-get clean; rm -rf "$ROOTFS/var/lib/apt/lists/"*
+    tar -C "$ROOTFS" -c . | run import podman import \
+        --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
+        --change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
+        --change 'ENV LANG=C.UTF-8' - "$BASE" || { rm -rf "$ROOTFS"; fail "podman import of the base failed"; }
+    rm -rf "$ROOTFS"
+fi
+say "building $API_IMAGE from docker/Dockerfile"
 # --format docker: the OCI format silently drops HEALTHCHECK.
-t0=$(date +%s)
-podman build --format docker --network host -f docker/Dockerfile \
-    --build-arg PYTHON_IMAGE="$BASE" -t "$IMAGE" . || fail "image build failed"
-echo "build_s=$(( $(date +%s) - t0 )) size=$(podman image inspect "$IMAGE" --format '{{.Size}}')"
-podman run --rm "$IMAGE" python -c 'import importlib.util,sys; sys.exit(importlib.util.find_spec("torch") is not None)' \
+t0=$SECONDS
+run build-api podman build --format docker --network host -f docker/Dockerfile \
+    --build-arg PYTHON_IMAGE="$BASE" -t "$API_IMAGE" . || fail "docker/Dockerfile did not build"
+build_s=$((SECONDS - t0))
+size_mb=$(( $(podman image inspect "$API_IMAGE" --format '{{.Size}}') / 1000000 ))
+say "built $API_IMAGE in ${build_s} s, ${size_mb} MB"
+[ "$(podman image inspect "$API_IMAGE" --format '{{.Config.User}}')" = "10001:10001" ] \
+    || fail "the image's USER is not 10001:10001"
+podman image inspect "$API_IMAGE" --format '{{json .Config.Healthcheck}}' | grep -q /health/ready \
+    || fail "the image has no HEALTHCHECK on /health/ready"
+say "building $PROM_IMAGE from docker/prometheus/Dockerfile.local (Debian's prometheus package)"
+run build-prometheus podman build --format docker --network host -f docker/prometheus/Dockerfile.local \
+    --build-arg BASE_IMAGE="$BASE" -t "$PROM_IMAGE" docker/prometheus \
+    || fail "docker/prometheus/Dockerfile.local did not build"
+
+# --- the compose pair --------------------------------------------------------------------------
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+export SMOKE_API_PORT PROMETHEUS_PORT GRAFANA_ADMIN_PASSWORD=smoke-grafana-not-started
+SMOKE_API_PORT=$(free_port); PROMETHEUS_PORT=$(free_port)
+API="http://127.0.0.1:$SMOKE_API_PORT"; PROM="http://127.0.0.1:$PROMETHEUS_PORT"
+# What docker-compose.yml alone sets (the override must not be where the hardening comes from).
+docker-compose -f docker-compose.yml config --format json >"$LOGS/compose.json" \
+    || fail "docker-compose config rejects docker-compose.yml"
+COMPOSE=("$STATE/venv/bin/podman-compose" -p "$PROJECT" -f docker-compose.yml -f docker/smoke/compose.override.yml)
+"${COMPOSE[@]}" down -v >/dev/null 2>&1 || true
+container() { podman ps -a --filter "label=io.podman.compose.project=$PROJECT" \
+    --filter "label=com.docker.compose.service=$1" --format '{{.Names}}' | head -n 1; }
+on_exit() {
+    local status=$?
+    if [ "$status" != 0 ]; then
+        for service in api prometheus; do
+            local name; name=$(container "$service")
+            [ -n "$name" ] && { echo "--- podman logs --tail 15 $name:" >&2; podman logs --tail 15 "$name" >&2 || true; }
+        done
+        echo "(build and compose logs: $LOGS)" >&2
+        [ -z "${FAILED:-}" ] || echo "SMOKE FAIL: $FAILED" >&2
+    fi
+    "${COMPOSE[@]}" down -v >/dev/null 2>&1 || true
+    [ "$status" = 0 ] && rm -rf "$LOGS"
+    exit "$status"
+}
+trap on_exit EXIT; TRAPPED=1
+check() { python3 docker/smoke/checks.py "$@" 2>"$LOGS/check.err" || fail "$(sed 's/^SMOKE FAIL: //' "$LOGS/check.err" | tail -n 5)"; }
+say "podman-compose up api prometheus (docker-compose.yml + docker/smoke/compose.override.yml)"
+say "not run here: grafana (grafana/grafana cannot be pulled: no registry, and Grafana has no Debian or PyPI package)"
+say "not run here: proxy (nginxinc/nginx-unprivileged cannot be pulled; Debian's nginx 1.22 lacks upstream 'resolve'), the api is reached directly"
+check single-ports "$LOGS/compose.json"
+run compose-up "${COMPOSE[@]}" up -d --no-build api prometheus || fail "podman-compose up failed"
+API_CTR=$(container api); PROM_CTR=$(container prometheus)
+[ -n "$API_CTR" ] && [ -n "$PROM_CTR" ] || fail "podman-compose did not create the api and prometheus containers"
+
+ready=""
+for _ in $(seq 1 120); do
+    curl -fsS "$API/health/ready" >/dev/null 2>&1 && { ready=1; break; }
+    # compose's restart policy restarts a crashing api: any restart is a failure.
+    read -r running restarts exit_code < <(podman inspect "$API_CTR" --format '{{.State.Running}} {{.RestartCount}} {{.State.ExitCode}}')
+    [ "$running" = true ] && [ "$restarts" = 0 ] \
+        || fail "the api exited under docker-compose.yml's settings (running=$running, restarts=$restarts, last exit code $exit_code; its log above)"
+    sleep 1
+done
+[ -n "$ready" ] || fail "the api is not ready after 120 s under docker-compose.yml's settings"
+say "api ready on $API"
+check hardening "$LOGS/compose.json" api "$API_CTR"
+check hardening "$LOGS/compose.json" prometheus "$PROM_CTR"
+[ "$(podman exec "$API_CTR" id -u)" = 10001 ] || fail "the api does not run as uid 10001"
+podman exec "$API_CTR" python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is not None)' \
     || fail "torch is in the image"
-podman rm -f "$NAME" >/dev/null 2>&1 || true
-# Same hardening as docker-compose.yml's x-hardened / x-api (TODO: read from the compose file).
-podman run -d --name "$NAME" -p "127.0.0.1:$PORT:8000" --read-only --tmpfs /tmp:size=64m,mode=1777 \
-    --cap-drop ALL --security-opt no-new-privileges --memory 2g --pids-limit 256 \
-    -e ATTSERVE_SHUTDOWN_TIMEOUT_S=20 "$IMAGE" >/dev/null
-trap 'podman logs --tail 30 "$NAME" || true; podman rm -f "$NAME" >/dev/null 2>&1 || true' EXIT
-for _ in $(seq 1 90); do curl -fsS "127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && break; sleep 1; done
-curl -fsS "127.0.0.1:$PORT/health/ready" >/dev/null || fail "not ready after 90 s under the hardening flags"
-post() { curl -fsS "127.0.0.1:$PORT/$1" -H 'content-type: application/json' -d "$2" | grep -q '"label"' || fail "/$1"; }
-post classify '{"text":"A gripping, beautifully acted film."}'
-post entailment '{"premise":"A man is playing a guitar.","hypothesis":"A person is making music."}'
-post verify '{"claim":"Paris is the capital of France.","evidence":["Paris is the capital and largest city of France."]}'
-[ "$(podman exec "$NAME" id -u)" = 10001 ] || fail "not uid 10001"
-podman healthcheck run "$NAME" || fail "HEALTHCHECK"
-podman stop -t 30 "$NAME" >/dev/null
-[ "$(podman inspect "$NAME" --format '{{.State.ExitCode}}')" = 0 ] || fail "SIGTERM drain did not exit 0"
-echo "SMOKE OK"
+run healthcheck podman healthcheck run "$API_CTR" || fail "the api's compose healthcheck fails"
+run healthcheck podman healthcheck run "$PROM_CTR" || fail "prometheus's compose healthcheck fails"
+say "uid 10001, no torch, api and prometheus healthchecks pass"
+
+# Each task answered; the status codes the client saw are what Prometheus must count.
+declare -A sent=()
+post() {  # post ENDPOINT BODY EXPECTED_STATUS
+    local code
+    code=$(curl -sS -o "$LOGS/answer.json" -w '%{http_code}' "$API/$1" -H 'content-type: application/json' -d "$2") \
+        || fail "POST /$1: no answer"
+    [ "$code" = "$3" ] || fail "POST /$1 answered $code, expected $3: $(head -c 300 "$LOGS/answer.json")"
+    [ "$code" != 200 ] || grep -q '"label"' "$LOGS/answer.json" || fail "POST /$1: no label in $(head -c 300 "$LOGS/answer.json")"
+    sent["$1/$code"]=$(( ${sent["$1/$code"]:-0} + 1 ))
+}
+post classify '{"text":"A gripping, beautifully acted film."}' 200
+post classify '{"text":"Dull and far too long."}' 200
+post classify '{"text":"An uneven but charming debut."}' 200
+post entailment '{"premise":"A man is playing a guitar.","hypothesis":"A person is making music."}' 200
+post entailment '{"premise":"A dog runs in a park.","hypothesis":"A cat sleeps indoors."}' 200
+post verify '{"claim":"Paris is the capital of France.","evidence":["Paris is the capital and largest city of France."]}' 200
+post classify '{}' 422
+expected=$(for key in "${!sent[@]}"; do printf '%s\n%s\n' "$key" "${sent[$key]}"; done \
+    | python3 -c 'import json, sys; l = sys.stdin.read().split(); print(json.dumps(dict(zip(l[::2], map(int, l[1::2])))))')
+say "answered each task; sent $expected"
+check scrape "$PROM" "$JOB" "$expected" 60
+
+grace=$(python3 -c 'import json, re, sys; g = json.load(open(sys.argv[1]))["services"]["api"]["stop_grace_period"]; print(sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", g)))' "$LOGS/compose.json")
+t0=$SECONDS
+# (podman 4.3 without systemd logs an error about healthcheck timers here: harmless)
+podman stop -t "$grace" "$API_CTR" >/dev/null 2>"$LOGS/stop.log"
+code=$(podman inspect "$API_CTR" --format '{{.State.ExitCode}}')
+[ "$code" = 0 ] || fail "SIGTERM: the api exited $code, not 0, within compose's stop_grace_period ${grace} s"
+say "SIGTERM drained, exit 0 in $((SECONDS - t0)) s (stop_grace_period ${grace} s)"
+echo "SMOKE OK total_s=$SECONDS build_s=$build_s image_mb=$size_mb"
