@@ -7,8 +7,11 @@ import time, so `attserve serve` never loads torch and `--help` is instant.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import logging
+from typing import Callable
 
 import typer
 
@@ -30,6 +33,12 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.reproduce": ("reproduce",),
 }
 
+# Commands that run PyTorch (or the other packages of the `train` extra). The serving install
+# (`make serve`, the images) lacks them: these commands say so in one line instead of a traceback.
+TRAINING_COMMANDS = frozenset({"train", "evaluate", "baseline", "card", "export", "reproduce", "bench"})
+TRAINING_MODULES = ("torch", "safetensors", "onnx", "sklearn")
+TRAINING_MARK = "(needs training extra)"
+
 # Our own loggers at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.
 PROJECT_LOGGERS = ("cli", "models", "training", "export", "service", "bench")
 
@@ -46,6 +55,42 @@ def main(
         logging.getLogger(name).setLevel(log_level.upper())
 
 
+def missing_training_modules() -> list[str]:
+    """The packages of the `train` extra that cannot be imported here."""
+    missing = []
+    for name in TRAINING_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or sys.modules[name] = None
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def needs_training_extra(command: str, fn: Callable) -> Callable:
+    """`fn`, refusing to run (one line on stderr, exit 2) without the training extra."""
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        missing = missing_training_modules()
+        if missing:
+            typer.echo(
+                f"attserve {command} needs the training extra: pip install -e '.[train]' "
+                f"(or make install-dev); not importable here: {', '.join(missing)}",
+                err=True,
+            )
+            raise typer.Exit(2)
+        return fn(*args, **kwargs)
+
+    return guarded
+
+
+def _short_help(fn: Callable) -> str:
+    first = (fn.__doc__ or "").strip().split("\n\n")[0]
+    return f"{TRAINING_MARK} " + " ".join(first.split())
+
+
 for module_name, names in COMMAND_MODULES.items():
     try:
         module = importlib.import_module(module_name)
@@ -55,8 +100,13 @@ for module_name, names in COMMAND_MODULES.items():
         continue
     for name in names:
         fn = getattr(module, name, None)
-        if fn is not None:
-            app.command(name.replace("_", "-"))(fn)
+        if fn is None:
+            continue
+        command = name.replace("_", "-")
+        if command in TRAINING_COMMANDS:
+            app.command(command, short_help=_short_help(fn))(needs_training_extra(command, fn))
+        else:
+            app.command(command)(fn)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,13 @@ def export(
     variants: bool = typer.Option(
         False, "--variants/--no-variants", help="Also build, measure and (if accurate) ship optimized/fp16/int8 graphs."
     ),
+    force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out (a shipped one included)."),
 ) -> None:
     """Export a checkpoint to an ONNX bundle (model.onnx, tokenizer.json, config.json) after
     checking that onnxruntime reproduces PyTorch within 1e-4."""
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        typer.echo(f"{out} already exists; pass --force to replace it (or choose another --out)", err=True)
+        raise typer.Exit(2)
     from rich.console import Console
     console = Console()
 
