@@ -10,7 +10,6 @@ import asyncio
 import logging
 import signal
 import sys
-from pathlib import Path
 from types import FrameType
 from typing import Annotated, Optional
 
@@ -23,33 +22,47 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Interface to bind (env ATTSERVE_HOST, default 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (env ATTSERVE_PORT, default 8000).")] = None,
     model_repository: Annotated[
-        Optional[Path], typer.Option(help="Directory of bundles (env ATTSERVE_MODEL_REPOSITORY).")
+        Optional[str], typer.Option(help="Directory of bundles, or several separated by commas "
+                                         "(env ATTSERVE_MODEL_REPOSITORY).")
     ] = None,
     models: Annotated[Optional[str], typer.Option(help="Comma-separated bundle names to serve (default: all).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (env ATTSERVE_DEVICE).")] = None,
+    allow_partial_start: Annotated[Optional[bool], typer.Option(
+        "--allow-partial-start/--no-allow-partial-start",
+        help="Serve the healthy bundles when one is invalid (env ATTSERVE_ALLOW_PARTIAL_START; default: refuse to start).",
+    )] = None,
     log_level: Annotated[Optional[str], typer.Option(help="Log level (env ATTSERVE_LOG_LEVEL).")] = None,
 ) -> None:
     """Serve the model repository's bundles over HTTP (dynamic batching, Prometheus metrics)."""
     import uvicorn
     from pydantic import ValidationError
 
-    from service.app import create_app
+    from service.app import StartupError, create_app
     from service.http import guarded_protocol
     from service.logs import configure_logging
     from service.runtime import DeviceUnavailable
     from service.settings import Settings
 
     overrides = {k: v for k, v in dict(host=host, port=port, model_repository=model_repository, models=models,
-                                       device=device, log_level=log_level).items() if v is not None}
+                                       device=device, log_level=log_level,
+                                       allow_partial_start=allow_partial_start).items() if v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        typer.echo(f"invalid settings: {exc}", err=True)
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        typer.echo(f"invalid settings: {problems}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)
     try:
         app = create_app(settings)
     except DeviceUnavailable as exc:
+        log.error("cannot start", extra={"error": str(exc)})
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    service = app.state.service
+    try:  # before the port opens: a typo in --models or an empty repository stops here
+        service.discover()
+    except StartupError as exc:
         log.error("cannot start", extra={"error": str(exc)})
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -71,8 +84,16 @@ def serve(
         # kernel caps this at net.core.somaxconn
         backlog=max(2048, settings.max_connections),
     )
-    server = DrainingServer(config, app.state.service)
+    server = DrainingServer(config, service)
+
+    def stop(message: str) -> None:  # a bundle failed to load (runs on the event loop)
+        server.should_exit = True
+
+    service.on_fatal = stop
     server.run()
+    if service.fatal is not None:
+        typer.echo(f"error: {service.fatal}", err=True)
+        sys.exit(3)
     if server.started is False:
         sys.exit(3)
 

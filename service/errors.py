@@ -60,6 +60,11 @@ class DeadlineExceeded(ServiceError):
     status, code = 504, "deadline_exceeded"
 
 
+class NoModelForTask(ServiceError):
+    # not 503: no model of the task is configured (or every one failed), so retrying is useless
+    status, code = 404, "no_model_for_task"
+
+
 class NotReady(ServiceError):
     status, code = 503, "not_ready"
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.app import ModelEntry, Service
+from service.app import TASKS, ModelEntry, Service
 from service.batcher import Done
 from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
 from service.tokenization import TextTooLong, check_text
@@ -31,6 +31,7 @@ from service.schemas import (
     Health,
     ModelInfo,
     ModelList,
+    TaskInfo,
     Prediction,
     VerifyBody,
     VerifyBatchPredictions,
@@ -38,6 +39,8 @@ from service.schemas import (
 )
 
 router = APIRouter()
+
+TASK_ENDPOINTS = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
 
 # Tokenizing on the event loop costs ~0.17 ms for one short text, a threadpool hop ~0.21 ms;
 # at 64 texts both take ~3 ms but inline would block every other request that long. So small
@@ -49,6 +52,7 @@ OFFLOAD_TOKENIZATION_CHARS = 16_384
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in {
+        404: "no model of the endpoint's task is served (see /v1/models)",
         413: "request body too large",
         422: "invalid input, unknown model or model of another task, too many inputs or evidence",
         429: "the model's queue is full (see Retry-After)",
@@ -272,6 +276,12 @@ async def ready(request: Request) -> Any:
 @router.get("/v1/models", response_model=ModelList, tags=["models"])
 async def list_models(request: Request) -> Any:
     service = _service(request)
+    choices = {task: service.default_choice(task) for task in TASKS}
+    tasks = {}
+    for task, endpoint in TASK_ENDPOINTS.items():
+        default, reason = choices[task]
+        tasks[task] = TaskInfo(endpoint=endpoint, models=sorted(n for n, e in service.models.items() if e.task == task),
+                               default=default, default_reason=reason)
     out = []
     for name, e in sorted(service.models.items()):
         info: dict[str, Any] = {"name": name, "status": e.status, "error": e.public_error}
@@ -279,13 +289,14 @@ async def list_models(request: Request) -> Any:
             c = e.config
             info.update(task=c.task, architecture=c.architecture, version=c.version, description=c.description,
                         labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
-                        metrics=c.metrics, default=service.default_name(c.task) == name,
+                        metrics=c.metrics, default=choices[c.task][0] == name,
+                        default_reason=choices[c.task][1] if choices[c.task][0] == name else None,
                         temperature=c.temperature, card=c.card.model_dump() if c.card is not None else None)
         if e.runtime is not None:
             info.update(provider=e.runtime.provider, intra_op_threads=e.runtime.threads,
                         length_buckets=e.runtime.buckets)
         out.append(ModelInfo(**info))
-    return {"models": out}
+    return {"models": out, "tasks": tasks}
 
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["health"])
