@@ -54,6 +54,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for code, text in {
         404: "no model of the endpoint's task is served (see /v1/models)",
         413: "request body too large",
+        415: "the body was not sent as JSON (content-type: application/json)",
         422: "invalid input, unknown model or model of another task, too many inputs or evidence",
         429: "the model's queue is full (see Retry-After)",
         503: "not ready or shutting down",
