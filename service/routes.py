@@ -255,6 +255,28 @@ async def verify(body: VerifyBody, request: Request) -> Any:
     return await _predict(request, "verify", body)
 
 
+@router.get("/", include_in_schema=False)
+async def index(request: Request) -> Any:
+    """A short index of the service: what it is and where to go."""
+    app = request.app
+    return {
+        "name": app.title,
+        "version": app.version,
+        "description": app.description,
+        "endpoints": {
+            "POST /classify": "label a text (or a batch under \"inputs\")",
+            "POST /entailment": "premise + hypothesis -> entailment / neutral / contradiction",
+            "POST /verify": "claim + evidence sentences -> SUPPORTS / REFUTES / NOT ENOUGH INFO",
+            "GET /v1/models": "the models, their tasks and each task's default",
+            "GET /health/live": "the process is up",
+            "GET /health/ready": "every model is loaded and warm",
+            "GET /metrics": "Prometheus metrics",
+        },
+        "docs": app.docs_url,
+        "openapi": app.openapi_url,
+    }
+
+
 @router.get("/health/live", response_model=Health, tags=["health"])
 async def live() -> Any:
     return {"status": "alive"}

@@ -155,3 +155,15 @@ def test_several_repositories_are_served_side_by_side(service_bundles, tmp_path)
     copy_repository(service_bundles, tmp_path / "third", ["topic"])
     with pytest.raises(StartupError, match="already used"):
         _discover(model_repository=f"{first},{tmp_path / 'third'}")
+
+
+def test_the_root_is_a_short_index(service_bundles):
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles)) as (app, client):
+            r = await client.get("/")
+            assert r.status_code == 200, r.text
+            index = r.json()
+            assert index["name"] == "attserve" and index["version"] and index["docs"] == "/docs"
+            assert {"POST /classify", "POST /entailment", "POST /verify", "GET /v1/models"} <= set(index["endpoints"])
+            assert (await client.get(index["docs"])).status_code == 200
+    asyncio.run(scenario())
