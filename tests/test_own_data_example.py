@@ -1,0 +1,70 @@
+"""The README's "Train and serve your own model", end to end on examples/own-data (issue 17):
+CSV -> `attserve train` (a tiny model, seconds on CPU) -> `attserve export` -> served beside a
+bundled model from a second repository -> the answer names its label."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from bundles import running_app
+from cli.main import app
+from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "own-data"
+
+
+def test_readme_shows_the_commands_this_test_runs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Train and serve your own model"):]
+    section = section[:section.index("\n## ", 3)]
+    assert "attserve train examples/own-data/recipe.toml --out checkpoints/support-tickets" in section
+    assert "attserve export checkpoints/support-tickets --out my-models/support-tickets" in section
+    assert "ATTSERVE_MODEL_REPOSITORY=my-models,model_repository" in section
+    for fmt in ("text-csv", "text-jsonl", "snli-jsonl", "snli-txt", "fever-jsonl"):
+        assert f"`{fmt}`" in section, fmt
+
+
+def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path):
+    runner = CliRunner()
+    checkpoint = tmp_path / "checkpoints" / "support-tickets"
+    result = runner.invoke(app, ["train", str(EXAMPLE / "recipe.toml"), "--out", str(checkpoint), "--no-progress",
+                                 "--threads", "1"])
+    assert result.exit_code == 0, result.output[-3000:]
+    assert (checkpoint / "model.safetensors").is_file()
+
+    own = tmp_path / "my-models"
+    result = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
+    assert result.exit_code == 0, result.output[-3000:]
+    assert re.search(r"argmax mismatches 0", result.output)
+    # a second export onto it is refused without --force
+    again = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
+    assert again.exit_code == 2 and "--force" in again.output
+
+    async def scenario():
+        settings = Settings(model_repository=f"{own},{DEFAULT_MODEL_REPOSITORY}",
+                            models=["support-tickets", "bbc-act"], max_batch_delay_ms=1)
+        async with running_app(settings) as (service_app, client):
+            assert (await client.get("/health/ready")).status_code == 200
+            answers = {}
+            for text in ("where is my parcel", "the invoice shows the wrong amount"):  # training rows
+                r = await client.post("/classify", json={"text": text, "model": "support-tickets"})
+                assert r.status_code == 200, r.text
+                answers[text] = r.json()
+            # the bundled model keeps /classify's default: it says "default": true in its config.json
+            r = await client.post("/classify", json={"text": "Shares in the bank fell sharply after a loss."})
+            listed = (await client.get("/v1/models")).json()
+            return answers, r.json(), listed
+
+    answers, default_answer, listed = asyncio.run(scenario())
+    assert answers["where is my parcel"]["label"] == "delivery"
+    assert answers["the invoice shows the wrong amount"]["label"] == "billing"
+    assert set(answers["where is my parcel"]["scores"]) == {"billing", "delivery"}
+    assert default_answer["model"] == "bbc-act"
+    assert listed["tasks"]["classification"]["default"] == "bbc-act"
+    assert "config.json" in listed["tasks"]["classification"]["default_reason"]
+    assert sorted(m["name"] for m in listed["models"]) == ["bbc-act", "support-tickets"]
