@@ -11,6 +11,8 @@ import functools
 import importlib
 import importlib.util
 import logging
+import os
+import sys
 from typing import Callable
 
 import typer
@@ -39,6 +41,8 @@ TRAINING_COMMANDS = frozenset({"train", "evaluate", "baseline", "card", "export"
 TRAINING_MODULES = ("torch", "safetensors", "onnx", "sklearn")
 TRAINING_MARK = "(needs training extra)"
 
+PIPED_COLUMNS = 200
+
 # Our own loggers at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.
 PROJECT_LOGGERS = ("cli", "models", "training", "export", "service", "bench")
 
@@ -50,9 +54,52 @@ def main(
 ) -> None:
     from service.logs import configure_logging
 
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        # piped or redirected: rich would wrap tables and lines at 80 columns
+        os.environ["COLUMNS"] = str(PIPED_COLUMNS)
     configure_logging("WARNING", log_format)
     for name in PROJECT_LOGGERS:
         logging.getLogger(name).setLevel(log_level.upper())
+
+
+# Help in click's plain style: typer (0.29) prints type tags (`<str>`, `<bool>` on every flag)
+# and `{name}` for required arguments in the usage line. Only the help's wording changes here,
+# and only where typer has the methods this expects.
+_PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "BOOLEAN"}
+
+
+def _plain_help() -> None:
+    try:
+        from typer.core import TyperArgument, TyperOption, _TyperParameter
+    except ImportError:  # pragma: no cover - another typer: keep its help as it is
+        return
+    if not all(hasattr(c, m) for c, m in ((_TyperParameter, "display_type"), (TyperOption, "display_type_rich"),
+                                          (TyperArgument, "_usage_display_name"))):
+        return  # pragma: no cover
+    tagged = _TyperParameter.display_type
+    option_rich = TyperOption.display_type_rich
+
+    def display_type(self, ctx):
+        label = tagged(self, ctx)
+        if isinstance(label, str) and label.startswith("<") and label.endswith(">"):
+            label = label[1:-1]
+            return _PLAIN_TYPES.get(label, label.upper())
+        return label
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and self.metavar is None else option_rich(self, ctx)
+
+    def usage_display_name(self):
+        name = (self.metavar or self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    _TyperParameter.display_type = display_type
+    TyperOption.display_type_rich = display_type_rich
+    TyperArgument._usage_display_name = usage_display_name
+
+
+_plain_help()
 
 
 def missing_training_modules() -> list[str]:

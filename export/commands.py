@@ -37,6 +37,10 @@ def export(
     console = Console()
 
     from export.bundle import write_bundle
+
+    # torch's ONNX exporter warns that torchvision's ops cannot be registered, on every export;
+    # no network here uses them (torch configures its loggers on import, so set this after it)
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     from export.parity import ParityError
     from service.bundle import BundleError, load_bundle
 

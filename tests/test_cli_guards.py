@@ -87,3 +87,13 @@ def test_help_marks_the_commands_of_the_training_extra():
     for name in TRAINING:
         assert "(needs training extra)" in rows[name], rows[name]
     assert "needs training extra" not in rows["serve"] + rows["data"]
+
+
+def test_help_has_no_type_tags_and_plain_usage():
+    result = _cli_without_torch("export", "--help")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "<bool>" not in out and "<str>" not in out and "<path>" not in out and "{checkpoint}" not in out
+    assert "export [OPTIONS] CHECKPOINT" in out
+    assert "PATH" in out and "TEXT" in out  # --out and --version still say what they take
+    assert "--force" in out

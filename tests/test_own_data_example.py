@@ -5,7 +5,10 @@ bundled model from a second repository -> the answer names its label."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -29,7 +32,9 @@ def test_readme_shows_the_commands_this_test_runs():
         assert f"`{fmt}`" in section, fmt
 
 
-def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path):
+def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("COLUMNS")  # restored after the test: the CLI sets it when output is piped
     runner = CliRunner()
     checkpoint = tmp_path / "checkpoints" / "support-tickets"
     result = runner.invoke(app, ["train", str(EXAMPLE / "recipe.toml"), "--out", str(checkpoint), "--no-progress",
@@ -38,9 +43,16 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path):
     assert (checkpoint / "model.safetensors").is_file()
 
     own = tmp_path / "my-models"
-    result = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
-    assert result.exit_code == 0, result.output[-3000:]
-    assert re.search(r"argmax mismatches 0", result.output)
+    # as a user runs it, output piped: a real process, so its stdout/stderr are not a terminal
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    done = subprocess.run([sys.executable, "-m", "cli.main", "export", str(checkpoint), "--out",
+                           str(own / "support-tickets")], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "argmax mismatches 0" in done.stdout
+    # not wrapped at 80 columns when piped, and no third-party warnings (torchvision) on export
+    assert re.search(r"wrote \S+support-tickets \(support-tickets \w+, classification, 2 labels\)\n", done.stdout)
+    assert "torchvision" not in done.stderr, done.stderr[-2000:]
     # a second export onto it is refused without --force
     again = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
     assert again.exit_code == 2 and "--force" in again.output
