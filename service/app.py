@@ -5,10 +5,13 @@ sessions and warms them up in the background, so `/health/live` answers at once 
 `/health/ready` says 503 until every model is warm (TEI #553: report not-ready, do not refuse
 connections).
 
-A bundle that fails to load (bad checksum, unreadable graph, wrong label count) is logged with
-the file at fault and listed as `failed` in /v1/models. The other models keep serving their
-endpoints, but /health/ready stays 503: an operator sees the broken deployment at once
-while clients of the healthy models are not cut off.
+Start-up fails fast (issue 17): a missing repository, an allow-listed model that does not
+exist (the message lists those that do) or a repository with no bundle stop it
+(`StartupError`, before the port opens under `attserve serve`); so does a bundle that is
+invalid or fails to load (bad checksum, unreadable graph, wrong label count), unless
+`allow_partial_start`: then it is logged with the file at fault and listed as `failed` in
+/v1/models, the other models keep serving their endpoints, and /health/ready stays 503. A task
+with no model is 404 `no_model_for_task`.
 """
 
 from __future__ import annotations

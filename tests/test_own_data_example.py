@@ -80,3 +80,30 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, mon
     assert listed["tasks"]["classification"]["default"] == "bbc-act"
     assert "config.json" in listed["tasks"]["classification"]["default_reason"]
     assert sorted(m["name"] for m in listed["models"]) == ["bbc-act", "support-tickets"]
+
+
+def test_compose_override_mounts_own_bundles_beside_the_bundled_ones(tmp_path):
+    import json
+    import shutil
+
+    import pytest
+
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.skip("docker-compose (v2) is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTSERVE_", "COMPOSE_"))}
+    env.update(GRAFANA_ADMIN_PASSWORD="test-only-password", ATTSERVE_OWN_MODELS=str(tmp_path))
+    done = subprocess.run([compose, "--project-directory", str(ROOT), "-f", "docker-compose.yml", "-f",
+                           "examples/own-data/compose.own-models.yml", "--profile", "gpu", "config", "--format", "json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 and "unknown" in done.stderr.lower() and "format" in done.stderr.lower():
+        pytest.skip(f"not Compose v2: {done.stderr[:200]}")
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    for name in ("api", "api-gpu"):
+        api = services[name]
+        assert api["environment"]["ATTSERVE_MODEL_REPOSITORY"] == "/app/my-models,/app/model_repository"
+        mounts = [(v["source"], v["target"], v.get("read_only")) for v in api["volumes"]]
+        assert (str(tmp_path), "/app/my-models", True) in mounts
+        assert api["environment"]["ATTSERVE_SHUTDOWN_TIMEOUT_S"] == "20"  # the base file's settings stay
+    assert services["api-gpu"]["environment"]["ATTSERVE_DEVICE"] == "cuda"
