@@ -154,15 +154,12 @@ class Service:
                     continue
                 entry = ModelEntry(config.name, path, config)
                 if config.name in self.models:
-                    self._fail(ModelEntry(f"{config.name}@{path}", path, config),
+                    self._fail(ModelEntry(f"{config.name}@{path.parent.name}/{path.name}", path, config),
                                f"{path / CONFIG_FILE}: model name {config.name!r} already used by {self.models[config.name].path}")
                     continue
                 self.models[config.name] = entry
         where = ", ".join(str(r) for r in self.repositories)
         missing = sorted((allow or set()) - set(self.models))
-        for name in missing:
-            self._fail(ModelEntry(name, self.repositories[0] / name),
-                       f"{name}: allow-listed model not found in the repository")
         if missing:
             problems.append(f"allow-listed model(s) {', '.join(missing)} not found in {where}; "
                             f"bundles there: {', '.join(sorted(set(found))) or 'none'}")
@@ -170,7 +167,10 @@ class Service:
             problems.append(f"no bundle (a directory with config.json) in {where}")
         for task in TASKS:
             wanted = self.settings.default_model(task)
-            if wanted and (wanted not in self.models or self.models[wanted].task != task):
+            entry = self.models.get(wanted) if wanted else None
+            if entry is not None and entry.status == "failed" and entry.config is None:
+                continue  # its broken config.json is reported (or allowed) as such
+            if wanted and (entry is None or entry.task != task):
                 log.error("default model is not a served model of its task", extra={"task": task, "model": wanted})
                 served = sorted(n for n, e in self.models.items() if e.task == task)
                 problems.append(f"ATTSERVE_DEFAULT_{task.upper()}_MODEL={wanted} is not a served {task} model "
@@ -178,7 +178,7 @@ class Service:
         if not self.models:
             log.error("no models to serve", extra={"path": where})
         # a typo or an empty repository always stops start-up; a broken bundle unless allowed
-        broken = [e for e in self.models.values() if e.status == "failed" and e.name not in missing]
+        broken = [e for e in self.models.values() if e.status == "failed"]
         if broken and not problems and not self.settings.allow_partial_start:
             raise StartupError("cannot start: " + "; ".join(e.error or e.name for e in broken) +
                                " (set ATTSERVE_ALLOW_PARTIAL_START=true to serve the healthy bundles anyway)")

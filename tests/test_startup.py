@@ -167,3 +167,12 @@ def test_the_root_is_a_short_index(service_bundles):
             assert {"POST /classify", "POST /entailment", "POST /verify", "GET /v1/models"} <= set(index["endpoints"])
             assert (await client.get(index["docs"])).status_code == 200
     asyncio.run(scenario())
+
+
+def test_a_default_model_setting_naming_no_served_model_stops_start_up(service_bundles):
+    with pytest.raises(StartupError) as caught:
+        _discover(model_repository=service_bundles, default_classification_model="sentimentt")
+    assert "ATTSERVE_DEFAULT_CLASSIFICATION_MODEL=sentimentt" in str(caught.value)
+    assert "served: sentiment, topic" in str(caught.value)
+    with pytest.raises(StartupError, match="not a served entailment model"):
+        _discover(model_repository=service_bundles, default_entailment_model="topic")  # another task's model
