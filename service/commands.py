@@ -49,7 +49,8 @@ def serve(
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].replace('Input should be', 'must be')}"
+                             for e in exc.errors())
         typer.echo(f"invalid settings: {problems}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)
