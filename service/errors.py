@@ -152,6 +152,8 @@ def _describe(err: dict, path: str) -> str:
     if kind in ("model_attributes_type", "model_type", "dict_type"):
         return f"{where}: expected a JSON object, got {got}; send {example}"
     if kind == "missing":
+        if where == "body":
+            return f"body: empty; send a JSON object: {example}"
         return f"{where}: required field missing; send {example}"
     if kind == "extra_forbidden":
         if field in ("inputs", *FIELDS.get(path, ())) and "[" not in where:

@@ -32,6 +32,10 @@ CASES = [
      ["evidence: expected a list, got a string"]),
     ("/verify", {"claim": "a", "evidence": ["ok", 7]}, 422, "invalid_input", ["evidence[1]: expected a string"]),
     ("/classify", b'{"text": "a', 422, "invalid_input", ["body: not valid JSON", "at character"]),
+    ("/classify", b"", 422, "invalid_input", ["body: empty", '{"text": "..."}']),
+    ("/classify", {"text": None}, 422, "invalid_input", ["text: expected a string, got null"]),
+    ("/entailment", {"inputs": {"premise": "a", "hypothesis": "b"}}, 422, "invalid_input",
+     ["inputs: expected a list, got an object"]),
 ]
 
 
