@@ -37,8 +37,11 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 
 # Commands that run PyTorch (or the other packages of the `train` extra). The serving install
 # (`make serve`, the images) lacks them: these commands say so in one line instead of a traceback.
-TRAINING_COMMANDS = frozenset({"train", "evaluate", "baseline", "card", "export", "reproduce", "bench"})
 TRAINING_MODULES = ("torch", "safetensors", "onnx", "sklearn")
+TRAINING_COMMANDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("train", "evaluate", "baseline", "card", "export", "reproduce", "bench"), TRAINING_MODULES),
+    "data": ("pyarrow",),  # reads the GloVe package's parquet word list
+}
 TRAINING_MARK = "(needs training extra)"
 
 PIPED_COLUMNS = 200
@@ -102,10 +105,10 @@ def _plain_help() -> None:
 _plain_help()
 
 
-def missing_training_modules() -> list[str]:
-    """The packages of the `train` extra that cannot be imported here."""
+def missing_training_modules(modules: tuple[str, ...] = TRAINING_MODULES) -> list[str]:
+    """The packages of the `train` extra (of `modules`) that cannot be imported here."""
     missing = []
-    for name in TRAINING_MODULES:
+    for name in modules:
         try:
             found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):  # a parent package missing, or sys.modules[name] = None
@@ -120,7 +123,7 @@ def needs_training_extra(command: str, fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
-        missing = missing_training_modules()
+        missing = missing_training_modules(TRAINING_COMMANDS.get(command, TRAINING_MODULES))
         if missing:
             typer.echo(
                 f"attserve {command} needs the training extra: pip install -e '.[train]' "

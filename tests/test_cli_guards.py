@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINING = ("train", "evaluate", "baseline", "card", "export", "reproduce", "bench")
+TRAINING = ("train", "evaluate", "baseline", "card", "export", "reproduce", "bench", "data")
 
 
 def _env() -> dict[str, str]:
@@ -81,12 +81,22 @@ def test_help_marks_the_commands_of_the_training_extra():
     rows = {}
     for line in result.stdout.splitlines():
         words = line.strip("│ ").split()
-        if words and words[0] in (*TRAINING, "serve", "data"):
+        if words and words[0] in (*TRAINING, "serve"):
             rows[words[0]] = line
-    assert set(rows) == {*TRAINING, "serve", "data"}, result.stdout
+    assert set(rows) == {*TRAINING, "serve"}, result.stdout
     for name in TRAINING:
         assert "(needs training extra)" in rows[name], rows[name]
-    assert "needs training extra" not in rows["serve"] + rows["data"]
+    assert "needs training extra" not in rows["serve"]
+
+
+def test_data_needs_only_pyarrow_of_the_extra():
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.argv = ['attserve', 'data', 'bbc']; "
+            "from cli.main import app; app()")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().startswith("attserve data needs the training extra")
+    assert result.stderr.strip().endswith("pyarrow")
 
 
 def test_help_has_no_type_tags_and_plain_usage():
