@@ -7,8 +7,13 @@ import time, so `attserve serve` never loads torch and `--help` is instant.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import logging
+import os
+import sys
+from typing import Callable
 
 import typer
 
@@ -30,6 +35,17 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.reproduce": ("reproduce",),
 }
 
+# Commands that run PyTorch (or the other packages of the `train` extra). The serving install
+# (`make serve`, the images) lacks them: these commands say so in one line instead of a traceback.
+TRAINING_MODULES = ("torch", "safetensors", "onnx", "sklearn")
+TRAINING_COMMANDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("train", "evaluate", "baseline", "card", "export", "reproduce", "bench"), TRAINING_MODULES),
+    "data": ("pyarrow",),  # reads the GloVe package's parquet word list
+}
+TRAINING_MARK = "(needs training extra)"
+
+PIPED_COLUMNS = 200
+
 # Our own loggers at INFO; libraries (the int8 quantizer logs every tensor) at WARNING.
 PROJECT_LOGGERS = ("cli", "models", "training", "export", "service", "bench")
 
@@ -41,9 +57,88 @@ def main(
 ) -> None:
     from service.logs import configure_logging
 
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        # piped or redirected: rich would wrap tables and lines at 80 columns
+        os.environ["COLUMNS"] = str(PIPED_COLUMNS)
     configure_logging("WARNING", log_format)
     for name in PROJECT_LOGGERS:
         logging.getLogger(name).setLevel(log_level.upper())
+
+
+# Help in click's plain style: typer (0.29) prints type tags (`<str>`, `<bool>` on every flag)
+# and `{name}` for required arguments in the usage line. Only the help's wording changes here,
+# and only where typer has the methods this expects.
+_PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "BOOLEAN"}
+
+
+def _plain_help() -> None:
+    try:
+        from typer.core import TyperArgument, TyperOption, _TyperParameter
+    except ImportError:  # pragma: no cover - another typer: keep its help as it is
+        return
+    if not all(hasattr(c, m) for c, m in ((_TyperParameter, "display_type"), (TyperOption, "display_type_rich"),
+                                          (TyperArgument, "_usage_display_name"))):
+        return  # pragma: no cover
+    tagged = _TyperParameter.display_type
+    option_rich = TyperOption.display_type_rich
+
+    def display_type(self, ctx):
+        label = tagged(self, ctx)
+        if isinstance(label, str) and label.startswith("<") and label.endswith(">"):
+            label = label[1:-1]
+            return _PLAIN_TYPES.get(label, label.upper())
+        return label
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and self.metavar is None else option_rich(self, ctx)
+
+    def usage_display_name(self):
+        name = (self.metavar or self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    _TyperParameter.display_type = display_type
+    TyperOption.display_type_rich = display_type_rich
+    TyperArgument._usage_display_name = usage_display_name
+
+
+_plain_help()
+
+
+def missing_training_modules(modules: tuple[str, ...] = TRAINING_MODULES) -> list[str]:
+    """The packages of the `train` extra (of `modules`) that cannot be imported here."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or sys.modules[name] = None
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def needs_training_extra(command: str, fn: Callable) -> Callable:
+    """`fn`, refusing to run (one line on stderr, exit 2) without the training extra."""
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        missing = missing_training_modules(TRAINING_COMMANDS.get(command, TRAINING_MODULES))
+        if missing:
+            typer.echo(
+                f"attserve {command} needs the training extra: pip install -e '.[train]' "
+                f"(or make install-dev); not importable here: {', '.join(missing)}",
+                err=True,
+            )
+            raise typer.Exit(2)
+        return fn(*args, **kwargs)
+
+    return guarded
+
+
+def _short_help(fn: Callable) -> str:
+    first = (fn.__doc__ or "").strip().split("\n\n")[0]
+    return f"{TRAINING_MARK} " + " ".join(first.split())
 
 
 for module_name, names in COMMAND_MODULES.items():
@@ -55,8 +150,13 @@ for module_name, names in COMMAND_MODULES.items():
         continue
     for name in names:
         fn = getattr(module, name, None)
-        if fn is not None:
-            app.command(name.replace("_", "-"))(fn)
+        if fn is None:
+            continue
+        command = name.replace("_", "-")
+        if command in TRAINING_COMMANDS:
+            app.command(command, short_help=_short_help(fn))(needs_training_extra(command, fn))
+        else:
+            app.command(command)(fn)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,21 @@ def export(
     variants: bool = typer.Option(
         False, "--variants/--no-variants", help="Also build, measure and (if accurate) ship optimized/fp16/int8 graphs."
     ),
+    force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out (a shipped one included)."),
 ) -> None:
     """Export a checkpoint to an ONNX bundle (model.onnx, tokenizer.json, config.json) after
     checking that onnxruntime reproduces PyTorch within 1e-4."""
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        typer.echo(f"{out} already exists; pass --force to replace it (or choose another --out)", err=True)
+        raise typer.Exit(2)
     from rich.console import Console
     console = Console()
 
     from export.bundle import write_bundle
+
+    # torch's ONNX exporter warns that torchvision's ops cannot be registered, on every export;
+    # no network here uses them (torch configures its loggers on import, so set this after it)
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     from export.parity import ParityError
     from service.bundle import BundleError, load_bundle
 

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 read -r -a ATTSERVE <<< "${ATTSERVE:-python -m cli.main}"
 CHECKPOINTS="${CHECKPOINTS:-checkpoints}"
 REPOSITORY="${REPOSITORY:-model_repository}"
-export_flags=()
+export_flags=(--force)  # rebuilding the shipped bundles is the point: replace them
 if [[ "${VARIANTS:-0}" == 1 ]]; then export_flags+=(--variants); fi
 
 if (($#)); then recipes=("$@"); else recipes=(recipes/*.toml); fi

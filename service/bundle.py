@@ -120,6 +120,9 @@ class BundleConfig(BaseModel):
     torch_version: str | None = None
     model_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     tokenizer_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # The task's default model (a request naming no model runs on it) unless
+    # ATTSERVE_DEFAULT_<TASK>_MODEL names another.
+    default: bool = False
     # Optional model card; not covered by a checksum (it is metadata, rewritten by `attserve card`).
     card: ModelCard | None = None
 

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import signal
 import sys
-from pathlib import Path
 from types import FrameType
 from typing import Annotated, Optional
 
@@ -23,10 +22,15 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Interface to bind (env ATTSERVE_HOST, default 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (env ATTSERVE_PORT, default 8000).")] = None,
     model_repository: Annotated[
-        Optional[Path], typer.Option(help="Directory of bundles (env ATTSERVE_MODEL_REPOSITORY).")
+        Optional[str], typer.Option(help="Directory of bundles, or several separated by commas "
+                                         "(env ATTSERVE_MODEL_REPOSITORY).")
     ] = None,
     models: Annotated[Optional[str], typer.Option(help="Comma-separated bundle names to serve (default: all).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (env ATTSERVE_DEVICE).")] = None,
+    allow_partial_start: Annotated[Optional[bool], typer.Option(
+        "--allow-partial-start/--no-allow-partial-start",
+        help="Serve the healthy bundles when one is invalid (env ATTSERVE_ALLOW_PARTIAL_START; default: refuse to start).",
+    )] = None,
     log_level: Annotated[Optional[str], typer.Option(help="Log level (env ATTSERVE_LOG_LEVEL).")] = None,
     workers: Annotated[
         Optional[int], typer.Option(help="Server processes behind the port (env ATTSERVE_WORKERS, default 1).")
@@ -35,38 +39,60 @@ def serve(
     """Serve the model repository's bundles over HTTP (dynamic batching, Prometheus metrics)."""
     from pydantic import ValidationError
 
+    from service.app import StartupError
     from service.logs import configure_logging
     from service.runtime import DeviceUnavailable
     from service.settings import Settings
 
     overrides = {k: v for k, v in dict(host=host, port=port, model_repository=model_repository, models=models,
-                                       device=device, log_level=log_level, workers=workers).items() if v is not None}
+                                       device=device, log_level=log_level, workers=workers,
+                                       allow_partial_start=allow_partial_start).items() if v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        typer.echo(f"invalid settings: {exc}", err=True)
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].replace('Input should be', 'must be')}"
+                             for e in exc.errors())
+        typer.echo(f"invalid settings: {problems}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)
-    if settings.workers > 1:
-        from service.runtime import requested_providers
-        from service.workers import run_workers
-
-        try:
-            requested_providers(settings.device)  # DEVICE=cuda without CUDA: fail here, not N times
-        except DeviceUnavailable as exc:
-            log.error("cannot start", extra={"error": str(exc)})
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        sys.exit(run_workers(settings, backlog(settings)))
     try:
-        server = build_server(settings)
-    except DeviceUnavailable as exc:
+        if settings.workers > 1:
+            from service.runtime import requested_providers
+
+            # fail here, once, rather than in every worker: DEVICE=cuda without CUDA, and what
+            # discovery refuses (a typo in --models, an empty repository, an invalid bundle)
+            requested_providers(settings.device)
+            check_repositories(settings)
+        else:
+            server = build_server(settings)
+    except (DeviceUnavailable, StartupError) as exc:
         log.error("cannot start", extra={"error": str(exc)})
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    server.run()
+    if settings.workers > 1:
+        from service.workers import run_workers
+
+        sys.exit(run_workers(settings, backlog(settings)))
+    sys.exit(run_server(server))
+
+
+def check_repositories(settings) -> None:
+    """Discovery's start-up checks without loading anything (raises StartupError)."""
+    from service.app import Service
+
+    Service(settings).discover()
+
+
+def run_server(server: "DrainingServer", sockets=None) -> int:
+    """Serve until stopped; the exit code: 3 when a bundle failed to load or the server
+    could not start, else 0."""
+    server.run(sockets=sockets)
+    if server.service.fatal is not None:
+        typer.echo(f"error: {server.service.fatal}", err=True)
+        return 3
     if server.started is False:
-        sys.exit(3)
+        return 3
+    return 0
 
 
 def backlog(settings) -> int:
@@ -99,7 +125,15 @@ def build_server(settings) -> "DrainingServer":
         timeout_keep_alive=settings.keep_alive_timeout_s,
         backlog=backlog(settings),
     )
-    return DrainingServer(config, app.state.service)
+    service = app.state.service
+    service.discover()  # before the port opens: raises StartupError
+    server = DrainingServer(config, service)
+
+    def stop(message: str) -> None:  # a bundle failed to load (runs on the event loop)
+        server.should_exit = True
+
+    service.on_fatal = stop
+    return server
 
 
 try:  # uvicorn is a base dependency, but keep `--help` alive without it

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.app import ModelEntry, Service
+from service.app import TASKS, ModelEntry, Service
 from service.batcher import Done
 from service.metrics import render as render_metrics
 from service.errors import ClientClosed, DeadlineExceeded, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
@@ -31,6 +31,7 @@ from service.schemas import (
     Health,
     ModelInfo,
     ModelList,
+    TaskInfo,
     Prediction,
     VerifyBody,
     VerifyBatchPredictions,
@@ -39,10 +40,14 @@ from service.schemas import (
 
 router = APIRouter()
 
+TASK_ENDPOINTS = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
+
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in {
+        404: "no model of the endpoint's task is served (see /v1/models)",
         413: "request body too large",
+        415: "the body was not sent as JSON (content-type: application/json)",
         422: "invalid input, unknown model or model of another task, too many inputs or evidence",
         429: "the model's queue is full (see Retry-After)",
         503: "not ready or shutting down",
@@ -180,6 +185,28 @@ async def verify(body: VerifyBody, request: Request) -> Any:
     return await _predict(request, "verify", body)
 
 
+@router.get("/", include_in_schema=False)
+async def index(request: Request) -> Any:
+    """A short index of the service: what it is and where to go."""
+    app = request.app
+    return {
+        "name": app.title,
+        "version": app.version,
+        "description": app.description,
+        "endpoints": {
+            "POST /classify": "label a text (or a batch under \"inputs\")",
+            "POST /entailment": "premise + hypothesis -> entailment / neutral / contradiction",
+            "POST /verify": "claim + evidence sentences -> SUPPORTS / REFUTES / NOT ENOUGH INFO",
+            "GET /v1/models": "the models, their tasks and each task's default",
+            "GET /health/live": "the process is up",
+            "GET /health/ready": "every model is loaded and warm",
+            "GET /metrics": "Prometheus metrics",
+        },
+        "docs": app.docs_url,
+        "openapi": app.openapi_url,
+    }
+
+
 @router.get("/health/live", response_model=Health, tags=["health"])
 async def live() -> Any:
     return {"status": "alive"}
@@ -205,6 +232,12 @@ async def ready(request: Request) -> Any:
 @router.get("/v1/models", response_model=ModelList, tags=["models"])
 async def list_models(request: Request) -> Any:
     service = _service(request)
+    choices = {task: service.default_choice(task) for task in TASKS}
+    tasks = {}
+    for task, endpoint in TASK_ENDPOINTS.items():
+        default, reason = choices[task]
+        tasks[task] = TaskInfo(endpoint=endpoint, models=sorted(n for n, e in service.models.items() if e.task == task),
+                               default=default, default_reason=reason)
     out = []
     for name, e in sorted(service.models.items()):
         info: dict[str, Any] = {"name": name, "status": e.status, "error": e.public_error}
@@ -212,13 +245,14 @@ async def list_models(request: Request) -> Any:
             c = e.config
             info.update(task=c.task, architecture=c.architecture, version=c.version, description=c.description,
                         labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
-                        metrics=c.metrics, default=service.default_name(c.task) == name,
+                        metrics=c.metrics, default=choices[c.task][0] == name,
+                        default_reason=choices[c.task][1] if choices[c.task][0] == name else None,
                         temperature=c.temperature, card=c.card.model_dump() if c.card is not None else None)
         if e.runtime is not None:
             info.update(provider=e.runtime.provider, intra_op_threads=e.runtime.threads,
                         length_buckets=e.runtime.buckets)
         out.append(ModelInfo(**info))
-    return {"models": out}
+    return {"models": out, "tasks": tasks}
 
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["health"])

@@ -140,6 +140,7 @@ class ModelInfo(BaseModel):
     max_evidence: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     default: bool = Field(False, description="the model used for its task when a request names none")
+    default_reason: str | None = Field(None, description="why this model is its task's default (default model only)")
     intra_op_threads: int | None = None
     length_buckets: dict[str, list[int]] = Field(default_factory=dict)
     temperature: float | None = Field(None, description="scores are softmax(logits / temperature)")
@@ -148,8 +149,17 @@ class ModelInfo(BaseModel):
     error: str | None = None
 
 
+class TaskInfo(BaseModel):
+    endpoint: str
+    models: list[str] = Field(default_factory=list, description="models of the task, failed ones included")
+    default: str | None = Field(None, description="the model a request naming none runs on; "
+                                "null: no model of the task is served (404 no_model_for_task)")
+    default_reason: str | None = None
+
+
 class ModelList(BaseModel):
     models: list[ModelInfo]
+    tasks: dict[str, TaskInfo] = Field(default_factory=dict)
 
 
 class Health(BaseModel):

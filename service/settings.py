@@ -1,7 +1,8 @@
 """Service settings: environment variables with the `ATTSERVE_` prefix (pydantic-settings).
 
-`ATTSERVE_MODELS` takes a comma-separated allow-list (`topic,sentiment`); every other field is
-a plain scalar. `attserve serve` / `python -m service` options override the environment.
+`ATTSERVE_MODELS` takes a comma-separated allow-list (`topic,sentiment`) and
+`ATTSERVE_MODEL_REPOSITORY` one directory or several, separated by commas or colons
+(`model_repository,/srv/my-bundles`); every other field is a plain scalar. `attserve serve` / `python -m service` options override the environment.
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    model_repository: Path = DEFAULT_MODEL_REPOSITORY
+    # One or more directories of bundles, searched in order (a name used twice is refused).
+    model_repository: Annotated[list[Path], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL_REPOSITORY],
+                                                              min_length=1)
+    # Start even when a bundle is invalid or fails to load (it is listed as failed, the other
+    # models serve). Without it such a deployment stops at start-up with the reason.
+    allow_partial_start: bool = False
     # Serve only these bundle names (None: every bundle in the repository).
     models: Annotated[list[str] | None, NoDecode] = None
-    # Default model per task; None: the served model of that task with the best recorded test
-    # accuracy (ties: name order).
+    # Default model per task; None: the bundle of that task whose config.json says
+    # `"default": true`, else the served model of that task with the best recorded test accuracy
+    # (ties: name order; the start-up log and /v1/models say so).
     default_classification_model: str | None = None
     default_entailment_model: str | None = None
     default_verification_model: str | None = None
@@ -98,6 +105,21 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             names = [v.strip() for v in value.split(",") if v.strip()]
             return names or None
+        return value
+
+    @field_validator("model_repository", mode="before")
+    @classmethod
+    def _split_repositories(cls, value: object) -> object:
+        if isinstance(value, (str, Path)):
+            value = [value]
+        if isinstance(value, (list, tuple)):
+            paths: list[object] = []
+            for item in value:
+                if isinstance(item, str):
+                    paths += [part.strip() for part in item.replace(":", ",").split(",") if part.strip()]
+                else:
+                    paths.append(item)
+            return paths
         return value
 
     @field_validator("log_level")

@@ -94,20 +94,23 @@ def watch_readiness(service: Any, group: WorkerGroup) -> threading.Thread:
 
 def _worker_main(settings: Any, sock: socket.socket) -> None:
     """A worker process: the same app and server as a single-process `attserve serve`."""
-    from service.commands import build_server
+    from service.app import StartupError
+    from service.commands import build_server, run_server
     from service.logs import configure_logging
 
     configure_logging(settings.log_level)
     # Ctrl-C in a terminal reaches the whole process group: let the supervisor decide, it
     # forwards SIGTERM (the worker would otherwise stop at once, without draining).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    server = build_server(settings)
+    try:
+        server = build_server(settings)
+    except StartupError as exc:  # the repository changed since the supervisor checked it
+        log.error("cannot start", extra={"error": str(exc)})
+        raise SystemExit(3) from None
     group = WorkerGroup.from_environment()
     if group is not None:
         watch_readiness(server.service, group)
-    server.run(sockets=[sock])
-    if server.started is False:
-        raise SystemExit(3)
+    raise SystemExit(run_server(server, sockets=[sock]))
 
 
 def _prepare_shared_dir() -> Path:

@@ -312,7 +312,8 @@ def test_non_positive_temperature_is_refused_at_load(service_bundles, tmp_path, 
         load_bundle(repo / "nli")
 
     async def scenario():
-        async with running_app(Settings(model_repository=repo, max_batch_delay_ms=1)) as (app, client):
+        async with running_app(Settings(model_repository=repo, max_batch_delay_ms=1,
+                                        allow_partial_start=True)) as (app, client):
             models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
             assert models["nli"]["status"] == "failed" and "temperature" in models["nli"]["error"]
             assert models["topic"]["status"] == "ready"

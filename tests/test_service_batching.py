@@ -178,16 +178,20 @@ def test_altered_bundle_is_refused_and_named(service_bundles, tmp_path, caplog):
     model.write_bytes(bytes(data))
 
     async def scenario():
-        async with running_app(Settings(model_repository=repo)) as (app, client):
+        async with running_app(Settings(model_repository=repo, allow_partial_start=True)) as (app, client):
             assert_error(await client.get("/health/ready"), 503, "not_ready")
             models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
             # clients see the path inside the repository, never the server's (issue 16); the log keeps it
             assert models["nli"]["status"] == "failed" and "nli/model.onnx" in models["nli"]["error"]
             assert str(tmp_path) not in models["nli"]["error"]
             assert models["sentiment"]["status"] == "ready"
-            # the healthy model keeps serving; the broken one answers 503
+            # the healthy model keeps serving; the broken one answers 503 when named, and its
+            # task, with no model left, 404 (issue 17: not a 503 a load balancer would retry)
             assert (await client.post("/classify", json={"text": "fine"})).status_code == 200
-            assert_error(await client.post("/entailment", json={"premise": "a", "hypothesis": "b"}), 503, "not_ready")
+            assert_error(await client.post("/entailment", json={"premise": "a", "hypothesis": "b", "model": "nli"}),
+                         503, "not_ready")
+            assert_error(await client.post("/entailment", json={"premise": "a", "hypothesis": "b"}),
+                         404, "no_model_for_task")
 
     with caplog.at_level(logging.ERROR, logger="service.app"):
         asyncio.run(scenario())
@@ -198,14 +202,16 @@ def test_altered_bundle_is_refused_and_named(service_bundles, tmp_path, caplog):
 
 def test_no_loadable_model_is_not_ready(tmp_path, service_bundles):
     async def scenario(repo):
-        async with running_app(Settings(model_repository=repo)) as (app, client):
+        async with running_app(Settings(model_repository=repo, allow_partial_start=True)) as (app, client):
             assert (await client.get("/health/live")).status_code == 200
             assert_error(await client.get("/health/ready"), 503, "not_ready")
-            assert_error(await client.post("/classify", json={"text": "x"}), 503, "not_ready")
+            r = await client.post("/classify", json={"text": "x"})
+            assert_error(r, 404, "no_model_for_task")
+            assert "no classification model" in r.json()["error"]["message"]
+            listed = (await client.get("/v1/models")).json()
+            assert listed["tasks"]["classification"]["default"] is None
+            assert [(m["name"], m["status"]) for m in listed["models"]] == [("topic", "failed")]
 
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    asyncio.run(scenario(empty))
     broken = copy_repository(service_bundles, tmp_path / "broken", ["topic"])
     (broken / "topic" / "config.json").write_text("{}")
     asyncio.run(scenario(broken))

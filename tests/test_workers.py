@@ -116,3 +116,16 @@ def test_workers_setting_is_validated():
     assert Settings(workers=2, intra_op_threads=None).threads_per_model(1) == max(1, len(os.sched_getaffinity(0)) // 2)
     with pytest.raises(ValueError):
         Settings(workers=0)
+
+
+def test_workers_refuse_a_bad_allow_list_once_before_spawning(service_bundles, tmp_path):
+    """The supervisor runs discovery's checks itself: a typo stops start-up with exit 2 and the
+    names that exist, before any worker (or port) exists."""
+    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(free_port()),
+               "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
+               "ATTSERVE_MODELS": "nli,no-such-model", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m")}
+    done = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=environ, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "no-such-model" in done.stderr and "nli" in done.stderr
+    assert "worker started" not in done.stderr

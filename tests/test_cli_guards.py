@@ -1,0 +1,109 @@
+"""CLI guards (issue 17): export never replaces a bundle without --force, and the commands of
+the training extra say in one line what to install when torch is missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINING = ("train", "evaluate", "baseline", "card", "export", "reproduce", "bench", "data")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def test_export_refuses_an_existing_bundle_without_force(tmp_path):
+    from cli.main import app
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    bundle = tmp_path / "repo" / "shipped"
+    bundle.mkdir(parents=True)
+    (bundle / "config.json").write_text('{"kept": true}')
+    result = CliRunner().invoke(app, ["export", str(checkpoint), "--out", str(bundle)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(bundle) in lines[0] and "--force" in lines[0]
+    assert (bundle / "config.json").read_text() == '{"kept": true}'  # untouched
+    assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]
+
+
+def test_export_with_force_goes_past_the_refusal(tmp_path):
+    from cli.main import app
+
+    checkpoint = tmp_path / "checkpoint"  # empty: the export itself fails later, not the guard
+    checkpoint.mkdir()
+    bundle = tmp_path / "shipped"
+    bundle.mkdir()
+    (bundle / "config.json").write_text("{}")
+    result = CliRunner().invoke(app, ["export", str(checkpoint), "--out", str(bundle), "--force"])
+    assert result.exit_code != 2 and "--force" not in result.output
+    # an empty directory (or none) is no bundle to protect: no --force needed
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["export", str(checkpoint), "--out", str(empty)])
+    assert "--force" not in result.output
+
+
+def _cli_without_torch(*args: str) -> subprocess.CompletedProcess:
+    """`attserve ARGS` in a process where `import torch` fails, as in the serving venv."""
+    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['attserve', *sys.argv[1:]]; "
+            "from cli.main import app; app()")
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("argv", [
+    ("train", "recipes/snli-attconv-light.toml"),
+    ("export", "recipes", "--out", "/nonexistent/out"),
+    ("baseline", "bbc"),
+])
+def test_training_commands_need_the_extra_in_one_line(argv):
+    result = _cli_without_torch(*argv)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr  # no traceback
+    assert lines[0].startswith(f"attserve {argv[0]} needs the training extra: pip install -e '.[train]'")
+    assert "make install-dev" in lines[0] and "torch" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_help_marks_the_commands_of_the_training_extra():
+    result = _cli_without_torch("--help")
+    assert result.returncode == 0, result.stderr
+    rows = {}
+    for line in result.stdout.splitlines():
+        words = line.strip("│ ").split()
+        if words and words[0] in (*TRAINING, "serve"):
+            rows[words[0]] = line
+    assert set(rows) == {*TRAINING, "serve"}, result.stdout
+    for name in TRAINING:
+        assert "(needs training extra)" in rows[name], rows[name]
+    assert "needs training extra" not in rows["serve"]
+
+
+def test_data_needs_only_pyarrow_of_the_extra():
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.argv = ['attserve', 'data', 'bbc']; "
+            "from cli.main import app; app()")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().startswith("attserve data needs the training extra")
+    assert result.stderr.strip().endswith("pyarrow")
+
+
+def test_help_has_no_type_tags_and_plain_usage():
+    result = _cli_without_torch("export", "--help")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "<bool>" not in out and "<str>" not in out and "<path>" not in out and "{checkpoint}" not in out
+    assert "export [OPTIONS] CHECKPOINT" in out
+    assert "PATH" in out and "TEXT" in out  # --out and --version still say what they take
+    assert "--force" in out

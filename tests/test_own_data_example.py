@@ -1,0 +1,109 @@
+"""The README's "Train and serve your own model", end to end on examples/own-data (issue 17):
+CSV -> `attserve train` (a tiny model, seconds on CPU) -> `attserve export` -> served beside a
+bundled model from a second repository -> the answer names its label."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from bundles import running_app
+from cli.main import app
+from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "own-data"
+
+
+def test_readme_shows_the_commands_this_test_runs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Train and serve your own model"):]
+    section = section[:section.index("\n## ", 3)]
+    assert "attserve train examples/own-data/recipe.toml --out checkpoints/support-tickets" in section
+    assert "attserve export checkpoints/support-tickets --out my-models/support-tickets" in section
+    assert "ATTSERVE_MODEL_REPOSITORY=my-models,model_repository" in section
+    for fmt in ("text-csv", "text-jsonl", "snli-jsonl", "snli-txt", "fever-jsonl"):
+        assert f"`{fmt}`" in section, fmt
+
+
+def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("COLUMNS")  # restored after the test: the CLI sets it when output is piped
+    runner = CliRunner()
+    checkpoint = tmp_path / "checkpoints" / "support-tickets"
+    result = runner.invoke(app, ["train", str(EXAMPLE / "recipe.toml"), "--out", str(checkpoint), "--no-progress",
+                                 "--threads", "1"])
+    assert result.exit_code == 0, result.output[-3000:]
+    assert (checkpoint / "model.safetensors").is_file()
+
+    own = tmp_path / "my-models"
+    # as a user runs it, output piped: a real process, so its stdout/stderr are not a terminal
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    done = subprocess.run([sys.executable, "-m", "cli.main", "export", str(checkpoint), "--out",
+                           str(own / "support-tickets")], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "argmax mismatches 0" in done.stdout
+    # not wrapped at 80 columns when piped, and no third-party warnings (torchvision) on export
+    assert re.search(r"wrote \S+support-tickets \(support-tickets \w+, classification, 2 labels\)\n", done.stdout)
+    assert "torchvision" not in done.stderr, done.stderr[-2000:]
+    # a second export onto it is refused without --force
+    again = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
+    assert again.exit_code == 2 and "--force" in again.output
+
+    async def scenario():
+        settings = Settings(model_repository=f"{own},{DEFAULT_MODEL_REPOSITORY}",
+                            models=["support-tickets", "bbc-act"], max_batch_delay_ms=1)
+        async with running_app(settings) as (service_app, client):
+            assert (await client.get("/health/ready")).status_code == 200
+            answers = {}
+            for text in ("where is my parcel", "the invoice shows the wrong amount"):  # training rows
+                r = await client.post("/classify", json={"text": text, "model": "support-tickets"})
+                assert r.status_code == 200, r.text
+                answers[text] = r.json()
+            # the bundled model keeps /classify's default: it says "default": true in its config.json
+            r = await client.post("/classify", json={"text": "Shares in the bank fell sharply after a loss."})
+            listed = (await client.get("/v1/models")).json()
+            return answers, r.json(), listed
+
+    answers, default_answer, listed = asyncio.run(scenario())
+    assert answers["where is my parcel"]["label"] == "delivery"
+    assert answers["the invoice shows the wrong amount"]["label"] == "billing"
+    assert set(answers["where is my parcel"]["scores"]) == {"billing", "delivery"}
+    assert default_answer["model"] == "bbc-act"
+    assert listed["tasks"]["classification"]["default"] == "bbc-act"
+    assert "config.json" in listed["tasks"]["classification"]["default_reason"]
+    assert sorted(m["name"] for m in listed["models"]) == ["bbc-act", "support-tickets"]
+
+
+def test_compose_override_mounts_own_bundles_beside_the_bundled_ones(tmp_path):
+    import json
+    import shutil
+
+    import pytest
+
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.skip("docker-compose (v2) is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTSERVE_", "COMPOSE_"))}
+    env.update(GRAFANA_ADMIN_PASSWORD="test-only-password", ATTSERVE_OWN_MODELS=str(tmp_path))
+    done = subprocess.run([compose, "--project-directory", str(ROOT), "-f", "docker-compose.yml", "-f",
+                           "examples/own-data/compose.own-models.yml", "--profile", "gpu", "config", "--format", "json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 and "unknown" in done.stderr.lower() and "format" in done.stderr.lower():
+        pytest.skip(f"not Compose v2: {done.stderr[:200]}")
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    for name in ("api", "api-gpu"):
+        api = services[name]
+        assert api["environment"]["ATTSERVE_MODEL_REPOSITORY"] == "/app/my-models,/app/model_repository"
+        mounts = [(v["source"], v["target"], v.get("read_only")) for v in api["volumes"]]
+        assert (str(tmp_path), "/app/my-models", True) in mounts
+        assert api["environment"]["ATTSERVE_SHUTDOWN_TIMEOUT_S"] == "20"  # the base file's settings stay
+    assert services["api-gpu"]["environment"]["ATTSERVE_DEVICE"] == "cuda"
