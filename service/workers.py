@@ -17,7 +17,8 @@ SIGTERM or SIGINT to the supervisor is forwarded to every worker, each drains as
 process does, and the supervisor exits 0 when all of them did. A worker that dies otherwise is
 replaced (its metric files of live gauges are dropped); one that dies within
 `CRASH_WINDOW_S` of its start `MAX_QUICK_CRASHES` times in a row stops the service (exit 3):
-a bundle that kills the process would otherwise restart forever.
+a bundle that kills the process would otherwise restart forever. A worker whose supervisor is
+gone (killed with SIGKILL) drains and exits rather than keep serving on the port.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ WORKER_COUNT_ENV = "ATTSERVE_WORKER_COUNT"  # set by the supervisor for its work
 CRASH_WINDOW_S = 10.0
 MAX_QUICK_CRASHES = 3
 READY_POLL_S = 0.1
+SUPERVISOR_POLL_S = 0.5
 
 
 class WorkerGroup:
@@ -92,7 +94,22 @@ def watch_readiness(service: Any, group: WorkerGroup) -> threading.Thread:
     return thread
 
 
-def _worker_main(settings: Any, sock: socket.socket) -> None:
+def watch_supervisor(supervisor_pid: int) -> threading.Thread:
+    """A daemon thread that drains this worker (SIGTERM to itself) once its supervisor is gone,
+    e.g. killed with SIGKILL: an orphaned worker would otherwise keep serving on the port."""
+
+    def run() -> None:
+        while os.getppid() == supervisor_pid:
+            time.sleep(SUPERVISOR_POLL_S)
+        log.error("supervisor gone; draining", extra={"supervisor_pid": supervisor_pid})
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=run, name="worker-supervisor-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _worker_main(settings: Any, sock: socket.socket, supervisor_pid: int) -> None:
     """A worker process: the same app and server as a single-process `attserve serve`."""
     from service.app import StartupError
     from service.commands import build_server, run_server
@@ -110,6 +127,7 @@ def _worker_main(settings: Any, sock: socket.socket) -> None:
     group = WorkerGroup.from_environment()
     if group is not None:
         watch_readiness(server.service, group)
+    watch_supervisor(supervisor_pid)
     raise SystemExit(run_server(server, sockets=[sock]))
 
 
@@ -148,7 +166,8 @@ def run_workers(settings: Any, backlog: int) -> int:
     stopping = threading.Event()
 
     def start(index: int) -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker_main, args=(settings, sock), name=f"attserve-worker-{index}")
+        process = context.Process(target=_worker_main, args=(settings, sock, os.getpid()),
+                                  name=f"attserve-worker-{index}")
         process.start()
         log.info("worker started", extra={"worker": index, "pid": process.pid})
         return process

@@ -129,3 +129,36 @@ def test_workers_refuse_a_bad_allow_list_once_before_spawning(service_bundles, t
     assert done.returncode == 2, done.stderr[-2000:]
     assert "no-such-model" in done.stderr and "nli" in done.stderr
     assert "worker started" not in done.stderr
+
+
+def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path):
+    """SIGKILL leaves no orphan: each worker notices its supervisor is gone, drains and exits,
+    so nothing keeps serving on the port."""
+    metrics_dir = tmp_path / "metrics"
+    port = free_port()
+    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port),
+               "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
+               "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    log = open(tmp_path / "service.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=environ, stdout=log, stderr=log, text=True)
+    proc.stderr = log
+    try:
+        wait_ready(proc, f"http://127.0.0.1:{port}", timeout_s=120)
+        workers = ready_workers(metrics_dir)
+        assert len(workers) == 2
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def all_gone() -> bool:
+        for pid in workers:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            return False
+        return True
+
+    wait_for(all_gone, 30, "the orphaned workers to exit")
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{port}/health/live", timeout=2)
