@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-slow install-serve install-dev models bench reproduce lint clean
+.PHONY: serve test test-slow install-serve install-dev models bench reproduce mutations lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: $(VENV)/.dev
 
 test-slow: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m slow
+
+# Does the default suite catch the bugs that matter most? (scripts/mutation_check.py, ~10 min)
+mutations: $(VENV)/.dev
+	$(BIN)/python scripts/mutation_check.py
 
 # Rebuild every default bundle from data (hours on a 2-core CPU).
 models: $(VENV)/.dev
