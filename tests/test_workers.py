@@ -159,6 +159,13 @@ def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path)
             return False
         return True
 
-    wait_for(all_gone, 30, "the orphaned workers to exit")
+    try:
+        wait_for(all_gone, 30, "the orphaned workers to exit")
+    finally:  # a failing run (or scripts/mutation_check.py) must not leave orphans behind
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/health/live", timeout=2)
