@@ -219,25 +219,27 @@ class Batcher:
             except Exception:  # the loop must outlive any one batch
                 log.exception("batch failed", extra={"model": self.name})
 
-    def _discard(self, reason: str) -> None:
-        self._state.count -= 1
-        self.metrics.dropped.labels(model=self.name, reason=reason).inc()
+    def _still_wanted(self, entries: Sequence[Any], now: float) -> list:
+        """Entries (_Submitted or _Waiting) whose caller is still waiting and whose deadline has
+        not passed; the others are counted as dropped (and an expired one is answered 504)."""
+        live = []
+        for entry in entries:
+            if entry.future.done():  # caller cancelled (disconnect or its own timeout)
+                self.metrics.dropped.labels(model=self.name, reason="cancelled").inc()
+            elif now >= entry.deadline:
+                self.metrics.dropped.labels(model=self.name, reason="deadline").inc()
+                entry.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
+            else:
+                live.append(entry)
+        return live
 
     async def _tokenize(self) -> None:
         """Everything submitted since the last step, tokenized in one go in the inference
         thread, joins the queue in arrival order."""
         loop = asyncio.get_running_loop()
         submitted, self._state.submitted = self._state.submitted, []
-        now = loop.time()
-        live: list[_Submitted] = []
-        for s in submitted:
-            if s.future.done():  # caller cancelled (disconnect or its own timeout)
-                self._discard("cancelled")
-            elif now >= s.deadline:
-                self._discard("deadline")
-                s.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
-            else:
-                live.append(s)
+        live: list[_Submitted] = self._still_wanted(submitted, loop.time())
+        self._state.count -= len(submitted) - len(live)
         self._depth.set(self._state.count)
         if not live:
             return
@@ -263,15 +265,7 @@ class Batcher:
     async def _run(self, taken: list[_Waiting]) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        live: list[_Waiting] = []
-        for waiting in taken:
-            if waiting.future.done():  # caller cancelled (disconnect or its own timeout)
-                self.metrics.dropped.labels(model=self.name, reason="cancelled").inc()
-            elif start >= waiting.deadline:
-                self.metrics.dropped.labels(model=self.name, reason="deadline").inc()
-                waiting.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
-            else:
-                live.append(waiting)
+        live: list[_Waiting] = self._still_wanted(taken, start)
         if not live:
             return
         for waiting in live:
