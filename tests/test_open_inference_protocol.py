@@ -6,7 +6,6 @@ metadata, readiness and error forms are the protocol's."""
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import httpx
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_service_process import free_port, start_service, wait_ready  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from reliability import ServiceProcess  # noqa: E402
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -32,19 +31,14 @@ TEXTS = ["Shares in the bank fell sharply after it reported a loss for the quart
 
 
 @pytest.fixture(scope="module")
-def server():
-    port = free_port()
-    proc = start_service(REPOSITORY, port, ATTSERVE_MAX_BATCH_DELAY_MS="2")
-    base = f"http://127.0.0.1:{port}"
+def server(tmp_path_factory):
+    service = ServiceProcess(REPOSITORY, tmp_path_factory.mktemp("oip") / "service.log", max_batch_delay_ms=2)
     try:
-        wait_ready(proc, base, timeout_s=120)
-        yield base, tritonclient_http.InferenceServerClient(url=f"127.0.0.1:{port}")
+        service.start()
+        yield service.base, tritonclient_http.InferenceServerClient(url=f"127.0.0.1:{service.port}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if service.proc is not None and service.proc.poll() is None:
+            service.terminate(timeout_s=30)
 
 
 def _bytes_input(name: str, values, binary: bool):

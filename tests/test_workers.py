@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_service_process import REPO, free_port, wait_ready  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from reliability import ServiceProcess  # noqa: E402
 
 REQUESTS = 48
 
@@ -47,6 +48,14 @@ def classify(base: str, i: int) -> int:
     return r.status_code
 
 
+def workers_service(repository: Path, tmp_path: Path, **settings) -> ServiceProcess:
+    """Two workers (log in a file: three processes writing into an unread pipe would block),
+    their shared metrics directory at tmp_path/metrics."""
+    server = ServiceProcess(repository, tmp_path / "service.log", workers=2, **settings)
+    server.env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
+    return server
+
+
 def wait_for(condition, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -58,20 +67,13 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
 
 def test_two_workers_share_the_port_the_metrics_and_the_readiness(service_bundles, tmp_path):
     metrics_dir = tmp_path / "metrics"
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port),
-               "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
-               "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "ATTSERVE_MAX_BATCH_DELAY_MS": "1"}
-    # the log goes to a file: three processes writing into an unread pipe would block on it
-    log = open(tmp_path / "service.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=environ, stdout=log, stderr=log, text=True)
-    proc.stderr = log  # wait_ready reads it on failure
+    server = workers_service(service_bundles, tmp_path, max_batch_delay_ms=1)
+    base = server.base
     workers: set[int] = set()
     try:
-        wait_ready(proc, base, timeout_s=120)
+        server.start()
         workers = ready_workers(metrics_dir)
-        assert len(workers) == 2 and proc.pid not in workers
+        assert len(workers) == 2 and server.pid not in workers
 
         with ThreadPoolExecutor(16) as pool:
             statuses = list(pool.map(lambda i: classify(base, i), range(REQUESTS)))
@@ -95,14 +97,9 @@ def test_two_workers_share_the_port_the_metrics_and_the_readiness(service_bundle
         assert classify(base, 0) == 200
         assert requests_total(base, "classify") == float(REQUESTS + 1)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    log.seek(0)
-    assert proc.returncode == 0, log.read()[-2000:]
+        if server.proc is not None:
+            server.terminate(timeout_s=60)
+    assert server.proc.returncode == 0, server.log_path.read_text()[-2000:]
     for pid in workers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -121,10 +118,8 @@ def test_workers_setting_is_validated():
 def test_workers_refuse_a_bad_allow_list_once_before_spawning(service_bundles, tmp_path):
     """The supervisor runs discovery's checks itself: a typo stops start-up with exit 2 and the
     names that exist, before any worker (or port) exists."""
-    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(free_port()),
-               "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
-               "ATTSERVE_MODELS": "nli,no-such-model", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "m")}
-    done = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=environ, capture_output=True, text=True,
+    server = workers_service(service_bundles, tmp_path, models="nli,no-such-model")
+    done = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=server.env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "no-such-model" in done.stderr and "nli" in done.stderr
@@ -134,21 +129,15 @@ def test_workers_refuse_a_bad_allow_list_once_before_spawning(service_bundles, t
 def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path):
     """SIGKILL leaves no orphan: each worker notices its supervisor is gone, drains and exits,
     so nothing keeps serving on the port."""
-    metrics_dir = tmp_path / "metrics"
-    port = free_port()
-    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port),
-               "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
-               "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
-    log = open(tmp_path / "service.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=environ, stdout=log, stderr=log, text=True)
-    proc.stderr = log
+    server = workers_service(service_bundles, tmp_path)
     try:
-        wait_ready(proc, f"http://127.0.0.1:{port}", timeout_s=120)
-        workers = ready_workers(metrics_dir)
+        server.start()
+        workers = ready_workers(tmp_path / "metrics")
         assert len(workers) == 2
     finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        if server.proc is not None:
+            server.proc.kill()  # SIGKILL: the supervisor gets no chance to stop its workers
+            server.proc.wait(timeout=10)
 
     def all_gone() -> bool:
         for pid in workers:
@@ -168,4 +157,4 @@ def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path)
             except ProcessLookupError:
                 pass
     with pytest.raises(httpx.TransportError):
-        httpx.get(f"http://127.0.0.1:{port}/health/live", timeout=2)
+        httpx.get(f"{server.base}/health/live", timeout=2)
