@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.app import TASKS, ModelEntry, Service
+from service.app import TASK_OF_ENDPOINT, TASKS, ModelEntry, Service
 from service.batcher import Done
 from service.metrics import render as render_metrics
 from service.errors import ClientClosed, DeadlineExceeded, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
@@ -100,7 +100,7 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
     service = _service(request)
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    task = {"classify": "classification", "entailment": "entailment", "verify": "verification"}[endpoint]
+    task = TASK_OF_ENDPOINT[endpoint]
     entry = service.resolve(body.model, task)
     batch = hasattr(body, "inputs")
     results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch)
