@@ -20,6 +20,7 @@ import onnx
 import onnxruntime
 import torch
 
+from export.explanations import expose_explanation
 from export.onnx_graph import OPSET, export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
 from export.parity import TOLERANCE, assert_parity, check_parity, cpu_session, example_batches
 from models import TASKS, TextClassifier, architectures
@@ -99,10 +100,12 @@ def write_bundle_from_network(
         model_path = export_onnx(network, staging / MODEL_FILE)
         if shapes:
             store_embeddings_fp16(model_path, shapes)
+        explanation = expose_explanation(model_path, network)
         shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
 
         step("checking parity with PyTorch")
-        parity = check_parity(network, model_path, max_lengths, max_evidence, examples, encoder)
+        parity = check_parity(network, model_path, max_lengths, max_evidence, examples, encoder,
+                              explanation=explanation)
         assert_parity(parity, tolerance)
 
         if variants:
@@ -135,6 +138,7 @@ def write_bundle_from_network(
             torch_version=torch.__version__,
             model_sha256=model_sha256,
             tokenizer_sha256=sha256_file(staging / TOKENIZER_FILE),
+            explanation=explanation,
         )
         (staging / CONFIG_FILE).write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
 

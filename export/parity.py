@@ -24,9 +24,10 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from export.explanations import torch_explanation
 from export.onnx_graph import example_ids
 from models.base import PAD_ID, TASKS, TextClassifier
-from service.bundle import Parity
+from service.bundle import ExplanationOutput, Parity
 from service.tokenization import TextEncoder
 from training.batching import encode_examples
 from training.examples import Example
@@ -175,9 +176,11 @@ def check_parity(
     examples: Sequence[Example] = (),
     encoder: TextEncoder | None = None,
     seed: int = 0,
+    explanation: ExplanationOutput | None = None,
 ) -> Parity:
     """Compare `network` with the graph at `model_path` on the parity examples (if any) and on
-    random batches; returns the measured figure (raising nothing: the caller decides)."""
+    random batches; returns the measured figure (raising nothing: the caller decides). With
+    `explanation`, the exposed attention is compared with PyTorch's too."""
     task = network.config.task
     session = cpu_session(model_path)
     batches: list[tuple[np.ndarray, ...]] = []
@@ -188,13 +191,17 @@ def check_parity(
     batches += random_batches(task, network.config.vocab_size, max_lengths, max_evidence, seed)
 
     diff = OutputDiff()
+    explanation_diff = 0.0
     for ids in batches:
         diff.update(run_torch(network, ids), run_onnx(session, task, ids))
+        if explanation is not None:
+            explanation_diff = max(explanation_diff, _explanation_diff(network, session, task, ids, explanation))
     parity = Parity(
         max_abs_diff=diff.max_abs_diff,
         argmax_mismatches=diff.argmax_mismatches,
         examples=diff.examples,
         batch_sizes=sorted({len(ids[0]) for ids in batches}),
+        explanation_max_abs_diff=explanation_diff if explanation is not None else None,
     )
     log.info(
         "parity measured",
@@ -203,7 +210,22 @@ def check_parity(
     return parity
 
 
+def _explanation_diff(network: TextClassifier, session: ort.InferenceSession, task: str,
+                      ids: Sequence[np.ndarray], explanation: ExplanationOutput) -> float:
+    expected = torch_explanation(network, ids)
+    feed = {name: np.ascontiguousarray(x, dtype=np.int64) for name, x in zip(TASKS[task].inputs, ids, strict=True)}
+    (actual,) = session.run([explanation.output], feed)
+    if expected.shape != actual.shape:
+        raise ParityError(f"explanation shape {actual.shape} from onnxruntime, {expected.shape} from torch")
+    diff = np.abs(expected.astype(np.float64) - actual.astype(np.float64))
+    return float(np.max(diff, initial=0.0)) if np.all(np.isfinite(diff)) else float("inf")
+
+
 def assert_parity(parity: Parity, tolerance: float = TOLERANCE) -> None:
+    explained = parity.explanation_max_abs_diff
+    if explained is not None and not explained <= tolerance:
+        raise ParityError(f"onnxruntime's explanation output differs from PyTorch's attention by {explained:.3g} "
+                          f"(tolerance {tolerance:g})")
     if not parity.max_abs_diff <= tolerance or parity.argmax_mismatches:
         raise ParityError(
             f"onnxruntime does not reproduce PyTorch: max |diff| {parity.max_abs_diff:.3g} "

@@ -48,6 +48,7 @@ class Done:
     inference_s: float
     batch_id: int
     truncated: bool  # a text of this input was cut to the model's max length
+    tokens: dict | None = None  # explain: each text's tokens as the model saw them (service.tasks)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class _Submitted:
     future: asyncio.Future
     enqueued: float  # loop.time()
     deadline: float  # loop.time()
+    explain: bool = False
 
 
 @dataclass
@@ -68,6 +70,7 @@ class _Waiting:
     enqueued: float  # loop.time()
     deadline: float  # loop.time()
     truncated: bool = False
+    tokens: dict | None = None  # set when the caller asked for an explanation
 
 
 @dataclass
@@ -120,10 +123,12 @@ class Batcher:
                 headers={"Retry-After": "1"},
             )
 
-    def submit(self, inputs: Sequence[Any], deadline: float, places: Sequence[str] | None = None) -> list[asyncio.Future]:
+    def submit(self, inputs: Sequence[Any], deadline: float, places: Sequence[str] | None = None,
+               explain: bool = False) -> list[asyncio.Future]:
         """Queue a request's inputs (objects with the task's fields, checked by the route)
-        together or not at all (429 when they do not all fit). Each future gets a Done, or
-        InvalidInput naming `places[i]` when the input has no tokens."""
+        together or not at all (429 when they do not all fit). Each future gets a Done (with
+        `explain`, carrying the tokens and the output's explanation), or InvalidInput naming
+        `places[i]` when the input has no tokens."""
         self.check_room(len(inputs))
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -131,7 +136,7 @@ class Batcher:
         for i, x in enumerate(inputs):
             future = loop.create_future()
             where = places[i] if places is not None else "input"
-            self._state.submitted.append(_Submitted(x, where, future, now, deadline))
+            self._state.submitted.append(_Submitted(x, where, future, now, deadline, explain))
             futures.append(future)
         self._state.count += len(inputs)
         self._depth.set(self._state.count)
@@ -244,7 +249,8 @@ class Batcher:
         if not live:
             return
         try:
-            encoded = await loop.run_in_executor(self._executor, encode, self.runtime, [s.input for s in live])
+            encoded = await loop.run_in_executor(self._executor, encode, self.runtime, [s.input for s in live],
+                                                 [s.explain for s in live])
         except Exception as exc:
             log.exception("tokenizing failed", extra={"model": self.name, "inputs": len(live)})
             for s in live:
@@ -259,7 +265,7 @@ class Batcher:
                 if not s.future.done():
                     s.future.set_exception(InvalidInput(f"{s.where}: {e.error}"))
             else:
-                self._state.queue.append(_Waiting(e.item, s.future, s.enqueued, s.deadline, e.truncated))
+                self._state.queue.append(_Waiting(e.item, s.future, s.enqueued, s.deadline, e.truncated, e.tokens))
         self._depth.set(self._state.count)
 
     async def _run(self, taken: list[_Waiting]) -> None:
@@ -275,7 +281,9 @@ class Batcher:
         batch_id = self._batches
         t0 = time.perf_counter()
         try:
-            outputs = await loop.run_in_executor(self._executor, self.runtime.infer, items)
+            # the explanation output is fetched only when an item of this batch asked for it
+            explain_rows = [row for row, w in enumerate(live) if w.tokens is not None]
+            outputs = await loop.run_in_executor(self._executor, self.runtime.infer, items, explain_rows)
         except Exception as exc:
             log.exception("inference failed", extra={"model": self.name, "batch_size": len(items)})
             for waiting in live:
@@ -288,4 +296,5 @@ class Batcher:
         self._batch_tokens.observe(len(items) * self.runtime.shape_tokens(batch_shape(items)))
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():
-                waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id, waiting.truncated))
+                waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id, waiting.truncated,
+                                               waiting.tokens))

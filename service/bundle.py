@@ -55,6 +55,23 @@ class Float16Rounding(BaseModel):
     batch_sizes: list[int] = Field(default_factory=list)
 
 
+class ExplanationOutput(BaseModel):
+    """An attention tensor of the network exposed as an extra graph output
+    (export.explanations): which one, its layout, and how the service turns it into an answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: str = Field(description="graph output name")
+    kind: Literal["alignment", "token_weights"]
+    rows: str = Field(description="ids input whose tokens index the rows (token_weights: the positions)")
+    columns: str | None = Field(None, description="ids input whose tokens index the columns (alignment)")
+    # batch: (B, Lrows, Lcols) or (B, L); evidence_slots: (B*K, Lclaim, Levidence);
+    # evidence_concatenated: (B, Lclaim, K*Levidence)
+    layout: Literal["batch", "evidence_slots", "evidence_concatenated"] = "batch"
+    normalize_rows: bool = Field(False, description="the service divides each row by its sum over valid columns")
+    method: str = Field(description="what the weights are, in a sentence (shown to users)")
+
+
 class Parity(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -63,6 +80,8 @@ class Parity(BaseModel):
     examples: int
     batch_sizes: list[int] = Field(default_factory=list)
     embeddings_float16: Float16Rounding | None = None
+    # the explanation output against the same tensor in PyTorch (export.explanations)
+    explanation_max_abs_diff: float | None = None
 
 
 class Calibration(BaseModel):
@@ -123,6 +142,9 @@ class BundleConfig(BaseModel):
     # The task's default model (a request naming no model runs on it) unless
     # ATTSERVE_DEFAULT_<TASK>_MODEL names another.
     default: bool = False
+    # The attention exposed as an extra graph output for `"explain": true` (None: the model
+    # offers no attention; answers then carry tokens only).
+    explanation: ExplanationOutput | None = None
     # Optional model card; not covered by a checksum (it is metadata, rewritten by `attserve card`).
     card: ModelCard | None = None
 
@@ -146,6 +168,15 @@ class BundleConfig(BaseModel):
             raise ValueError("max_lengths must be >= 1")
         if self.task == "verification" and not self.max_evidence:
             raise ValueError("a verification bundle needs max_evidence >= 1")
+        if self.explanation is not None:
+            e = self.explanation
+            if e.output in self.outputs:
+                raise ValueError(f"explanation.output {e.output!r} is one of the outputs {self.outputs}")
+            for axis in (e.rows, e.columns):
+                if axis is not None and axis not in self.inputs:
+                    raise ValueError(f"explanation axis {axis!r} is not an input {self.inputs}")
+            if (e.kind == "alignment") != (e.columns is not None):
+                raise ValueError("an alignment explanation has columns; token weights have none")
         if len(set(self.labels)) != len(self.labels):
             raise ValueError(f"labels are not unique: {self.labels}")
         return self

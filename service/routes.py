@@ -103,17 +103,19 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
     task = TASK_OF_ENDPOINT[endpoint]
     entry = service.resolve(body.model, task)
     batch = hasattr(body, "inputs")
-    results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch)
+    results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch,
+                                        explain=body.explain)
     # Rendered here rather than by FastAPI's response_model: the answer is built to the schema
     # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
     return JSONResponse({"results": results} if batch else results[0], headers=headers)
 
 
 async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
-                     batch: bool) -> tuple[list[dict], dict[str, str]]:
+                     batch: bool, explain: bool = False) -> tuple[list[dict], dict[str, str]]:
     """Checks, tokenizes and runs `inputs` (objects with the task's fields as attributes) on
-    `entry`'s batcher: the answers in input order and the timing headers. The task API and
-    the Open Inference Protocol (service.oip) both answer through here."""
+    `entry`'s batcher: the answers in input order and the timing headers (with `explain`, each
+    answer carries its explanation). The task API and the Open Inference Protocol
+    (service.oip) both answer through here."""
     service = _service(request)
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
@@ -139,7 +141,7 @@ async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any],
     if loop.time() >= deadline:
         raise DeadlineExceeded(f"no answer within {settings.request_timeout_ms:.0f} ms")
     places = [f"inputs[{i}]" for i in range(len(inputs))] if batch else ["input"]
-    futures = entry.batcher.submit(inputs, deadline=deadline, places=places)
+    futures = entry.batcher.submit(inputs, deadline=deadline, places=places, explain=explain)
     service.metrics.inputs.labels(endpoint=endpoint, model=entry.name).inc(len(inputs))
     done = await _await_items(request, futures, deadline - loop.time(), settings.request_timeout_ms)
     truncated = [d.truncated for d in done]
@@ -157,6 +159,10 @@ async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any],
         }
         if task == "verification":
             answer["evidence_scores"] = d.output.evidence_scores
+        if d.tokens is not None:
+            spec = entry.config.explanation
+            answer["explanation"] = {"method": spec.method if spec is not None else None, "tokens": d.tokens,
+                                     **d.output.explanation}
         results.append(answer)
     batch_times = {d.batch_id: d.inference_s for d in done}
     headers = {
@@ -198,6 +204,7 @@ async def index(request: Request) -> Any:
             "POST /entailment": "premise + hypothesis -> entailment / neutral / contradiction",
             "POST /verify": "claim + evidence sentences -> SUPPORTS / REFUTES / NOT ENOUGH INFO",
             "GET /v1/models": "the models, their tasks and each task's default",
+            "GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
             "GET /health/live": "the process is up",
             "GET /health/ready": "every model is loaded and warm",
             "GET /metrics": "Prometheus metrics",
@@ -247,7 +254,8 @@ async def list_models(request: Request) -> Any:
                         labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
                         metrics=c.metrics, default=choices[c.task][0] == name,
                         default_reason=choices[c.task][1] if choices[c.task][0] == name else None,
-                        temperature=c.temperature, card=c.card.model_dump() if c.card is not None else None)
+                        temperature=c.temperature,
+                        explanation=c.explanation.method if c.explanation is not None else None, card=c.card.model_dump() if c.card is not None else None)
         if e.runtime is not None:
             info.update(provider=e.runtime.provider, intra_op_threads=e.runtime.threads,
                         length_buckets=e.runtime.buckets)

@@ -88,6 +88,23 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+# ids input -> the answer's name for its text
+TEXT_FIELDS = {"input_ids": "text", "premise_ids": "premise", "hypothesis_ids": "hypothesis", "claim_ids": "claim",
+               "evidence_ids": "evidence"}
+# explanation weights are sent to 4 decimals: a 48 x 32 alignment stays ~10 kB of JSON
+EXPLANATION_DECIMALS = 4
+
+
+def _rounded(values: np.ndarray) -> list:
+    return np.round(values.astype(np.float64), EXPLANATION_DECIMALS).tolist()
+
+
+def _alignment(matrix: np.ndarray, rows: str, columns: str, normalize_rows: bool) -> dict:
+    if normalize_rows:  # each row sums to 1 over the valid columns (a row of zeros stays zeros)
+        matrix = matrix / np.maximum(matrix.sum(axis=-1, keepdims=True), 1e-12)
+    return {"rows": TEXT_FIELDS[rows], "columns": TEXT_FIELDS[columns], "weights": _rounded(matrix)}
+
+
 @dataclass(frozen=True)
 class Item:
     """One input's token ids (per graph input: a list of ids, or for evidence a list of id
@@ -106,6 +123,8 @@ class ItemOutput:
     probs: list[float]  # (C,) softmax of logits / the bundle's temperature
     label_index: int  # argmax of the logits
     evidence_scores: list[float] | None  # (K,) for verification, this item's evidence only
+    # asked for: this item's slice of the explanation output, ready for the answer (explanation_of)
+    explanation: dict | None = None
 
 
 class ModelRuntime:
@@ -123,6 +142,7 @@ class ModelRuntime:
         self.temperature = float(self.config.temperature)
         self.input_names = list(self.config.inputs)
         self.output_names = list(self.config.outputs)
+        self.explanation = self.config.explanation
         self.buckets = {name: length_buckets(self.config.max_lengths[name]) for name in self.input_names}
         self.evidence_buckets = (
             length_buckets(self.config.max_evidence, smallest=1) if self.config.task == "verification" else []
@@ -209,34 +229,72 @@ class ModelRuntime:
 
     # --- inference ----------------------------------------------------------------------
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], explain: bool = False) -> list[np.ndarray]:
+        """The task's outputs, then (`explain` and the bundle has one) the explanation output."""
+        names = self.output_names
+        if explain and self.explanation is not None:
+            names = [*names, self.explanation.output]
         if self.provider == CUDA:
             # IO binding: inputs copied to the GPU once, outputs fetched once, no per-run staging.
             binding = self.session.io_binding()
             for name, arr in feeds.items():
                 binding.bind_cpu_input(name, arr)
-            for name in self.output_names:
+            for name in names:
                 binding.bind_output(name, "cuda")
             self.session.run_with_iobinding(binding)
             return binding.copy_outputs_to_cpu()
-        return self.session.run(self.output_names, feeds)
+        return self.session.run(names, feeds)
 
-    def infer(self, items: Sequence[Item]) -> list[ItemOutput]:
-        """Run one batch (items of one bucket shape); each item gets back its own rows.
-        Softmax, argmax and the conversion to Python floats happen here, once per batch and in
-        the inference thread, rather than per request on the event loop."""
-        outputs = self.run(self.feeds(items))
+    def infer(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> list[ItemOutput]:
+        """Run one batch (items of one bucket shape); each item gets back its own rows, and the
+        items at `explain_rows` their explanation. Softmax, argmax and the conversion to Python
+        floats happen here, once per batch and in the inference thread, rather than per request
+        on the event loop."""
+        feeds = self.feeds(items)
+        explain = bool(explain_rows) and self.explanation is not None
+        outputs = self.run(feeds, explain=explain)
         logits = outputs[0]  # (B, C)
         probs = softmax(logits, self.temperature).tolist()  # (B, C), one division per batch
         best = logits.argmax(axis=-1).tolist()  # (B,)
-        scores = outputs[1].tolist() if len(outputs) > 1 else None  # (B, K)
+        scores = outputs[1].tolist() if len(self.output_names) > 1 else None  # (B, K)
+        wanted = set(explain_rows)
         results = []
         for row, item in enumerate(items):
             evidence = None
             if scores is not None:
                 evidence = scores[row][: len(item.ids[1])]
-            results.append(ItemOutput(logits[row], probs[row], best[row], evidence))
+            explanation = None
+            if row in wanted:
+                explanation = self.explanation_of(outputs[-1], row, item, feeds, evidence) if explain else {}
+            results.append(ItemOutput(logits[row], probs[row], best[row], evidence, explanation))
         return results
+
+    def explanation_of(self, tensor: np.ndarray, row: int, item: Item, feeds: dict[str, np.ndarray],
+                       evidence_scores: list[float] | None) -> dict:
+        """Item `row`'s part of the explanation output, cut to its own tokens: alignment rows are
+        the hypothesis (claim, text) tokens, columns the premise (evidence, text) tokens."""
+        spec = self.explanation
+        ids = dict(zip(self.input_names, item.ids))
+        if spec.kind == "token_weights":
+            return {"token_weights": _rounded(tensor[row, : len(ids[spec.rows])])}
+        if spec.layout == "batch":
+            matrix = tensor[row, : len(ids[spec.rows]), : len(ids[spec.columns])]  # (rows, columns)
+            rows, columns = spec.rows, spec.columns
+            if rows == "premise_ids":  # ABCNN's A is premise x hypothesis; answers read hypothesis -> premise
+                matrix, rows, columns = matrix.T, columns, rows
+            return {"alignment": _alignment(matrix, rows, columns, spec.normalize_rows)}
+        claim, evidence = ids["claim_ids"], ids["evidence_ids"]
+        count = feeds["evidence_ids"].shape[1]  # evidence slots in this batch
+        out = []
+        for k, sentence in enumerate(evidence):
+            if spec.layout == "evidence_slots":  # (B*K, Lc, Le)
+                matrix = tensor[row * count + k, : len(claim), : len(sentence)]
+            else:  # evidence_concatenated: (B, Lc, K*Le)
+                length = tensor.shape[2] // count
+                matrix = tensor[row, : len(claim), k * length : k * length + len(sentence)]
+            out.append({"share": evidence_scores[k],
+                        "alignment": _alignment(matrix, "claim_ids", "evidence_ids", spec.normalize_rows)})
+        return {"evidence": out}
 
     def warmup_shapes(self, max_batch_size: int, max_batch_tokens: int) -> list[tuple[int, Item]]:
         """(batch size, item) pairs covering every length bucket at batch size 1 and at the

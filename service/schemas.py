@@ -26,6 +26,8 @@ def _valid_text(text: str) -> str:
 
 Text = Annotated[str, AfterValidator(_valid_text)]
 ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
+Explain = Annotated[bool, Field(description="also return the tokens as the model saw them and the attention it "
+                                "used (alignment between the texts, evidence shares, or token weights)")]
 
 
 class _Body(BaseModel):
@@ -50,29 +52,35 @@ class VerifyInput(_Body):
 
 class ClassifyRequest(ClassifyInput):
     model: ModelName = None
+    explain: Explain = False
 
 
 class EntailmentRequest(EntailmentInput):
     model: ModelName = None
+    explain: Explain = False
 
 
 class VerifyRequest(VerifyInput):
     model: ModelName = None
+    explain: Explain = False
 
 
 class ClassifyBatchRequest(_Body):
     inputs: list[ClassifyInput] = Field(min_length=1)
     model: ModelName = None
+    explain: Explain = False
 
 
 class EntailmentBatchRequest(_Body):
     inputs: list[EntailmentInput] = Field(min_length=1)
     model: ModelName = None
+    explain: Explain = False
 
 
 class VerifyBatchRequest(_Body):
     inputs: list[VerifyInput] = Field(min_length=1)
     model: ModelName = None
+    explain: Explain = False
 
 
 def _form(value: Any) -> str:
@@ -97,11 +105,41 @@ VerifyBody = Annotated[
 
 # --- answers --------------------------------------------------------------------------------
 
+class Token(BaseModel):
+    token: str = Field(description="the token as the model saw it (normalized; an unknown word: its normalized text)")
+    start: int = Field(description="character offset of its first character in the text sent")
+    end: int = Field(description="character offset just past its last character")
+    unknown: bool = Field(description="outside the model's vocabulary")
+    truncated: bool = Field(description="beyond the model's max length: the model never saw it")
+
+
+class Alignment(BaseModel):
+    rows: str = Field(description="the text whose tokens are the rows (hypothesis, claim or text)")
+    columns: str = Field(description="the text whose tokens are the columns (premise, evidence or text)")
+    weights: list[list[float]] = Field(description="one row per row token not truncated, one column per column "
+                                       "token not truncated; each row sums to 1")
+
+
+class EvidenceExplanation(BaseModel):
+    share: float = Field(description="this evidence's weight, as evidence_scores")
+    alignment: Alignment
+
+
+class Explanation(BaseModel):
+    method: str | None = Field(description="what the weights are; null: the model exposes no attention")
+    tokens: dict[str, list[Token] | list[list[Token]]] = Field(
+        description="per text field, its tokens (evidence: one list per sentence)")
+    alignment: Alignment | None = Field(None, description="pair models and AttConv classifiers")
+    token_weights: list[float] | None = Field(None, description="ACT classifiers: one weight per token not truncated")
+    evidence: list[EvidenceExplanation] | None = Field(None, description="verification: one entry per evidence")
+
+
 class Prediction(BaseModel):
     label: str
     scores: dict[str, float] = Field(description="probability of each label, summing to 1")
     model: str
     truncated: bool = Field(description="true when a text of this input was cut to the model's max length")
+    explanation: Explanation | None = Field(None, description="only when the request asked for it (explain: true)")
 
 
 class VerifyPrediction(Prediction):
@@ -144,6 +182,7 @@ class ModelInfo(BaseModel):
     intra_op_threads: int | None = None
     length_buckets: dict[str, list[int]] = Field(default_factory=dict)
     temperature: float | None = Field(None, description="scores are softmax(logits / temperature)")
+    explanation: str | None = Field(None, description="what `explain: true` returns for this model (null: tokens only)")
     card: dict[str, Any] | None = Field(None, description="model card: training data, in-domain and out-of-domain "
                                         "dev figures, unknown-token shares, calibration, known failure modes")
     error: str | None = None

@@ -63,6 +63,7 @@ class Encoded:
     item: Item | None
     truncated: bool
     error: str | None = None
+    tokens: dict | None = None  # asked for an explanation: each text's tokens (TextEncoder.describe)
 
 
 def token_ids(runtime: ModelRuntime, inputs: Sequence[Any]) -> list[tuple[tuple, bool]]:
@@ -92,15 +93,30 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any]) -> list[tuple[tuple,
     return [(tuple(column[i] for column in per_field), truncated[i]) for i in range(len(inputs))]
 
 
-def encode(runtime: ModelRuntime, inputs: Sequence[Any]) -> list[Encoded]:
+def describe_tokens(runtime: ModelRuntime, x: Any) -> dict:
+    """Each text of input `x` as the model sees its tokens, by field (evidence: one list per
+    sentence), for an explanation."""
+    config = runtime.config
+    out: dict[str, Any] = {}
+    for field, input_name in zip(TASK_FIELDS[config.task], config.inputs):
+        max_length = config.max_lengths[input_name]
+        if field == "evidence":
+            out[field] = [runtime.encoder.describe(text, max_length) for text in x.evidence]
+        else:
+            out[field] = runtime.encoder.describe(getattr(x, field), max_length)
+    return out
+
+
+def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool] | None = None) -> list[Encoded]:
     """The runtime items of `inputs`, in order (the batcher calls this in its inference
-    thread for everything that queued since its last batch)."""
+    thread for everything that queued since its last batch); `explain[i]` adds input i's tokens."""
     out = []
     task = runtime.config.task
-    for row, truncated in token_ids(runtime, inputs):
+    for i, (row, truncated) in enumerate(token_ids(runtime, inputs)):
         texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
         if any(len(t) == 0 for t in texts):
             out.append(Encoded(None, truncated, "a text has no tokens after normalisation"))
         else:
-            out.append(Encoded(runtime.make_item(row), truncated))
+            tokens = describe_tokens(runtime, inputs[i]) if explain is not None and explain[i] else None
+            out.append(Encoded(runtime.make_item(row), truncated, tokens=tokens))
     return out

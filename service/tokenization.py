@@ -104,6 +104,24 @@ class TextEncoder:
     def tokens(self, text: str) -> list[str]:
         return self.tokenizer.encode(text, add_special_tokens=False).tokens
 
+    def describe(self, text: str, max_length: int) -> list[dict]:
+        """Every token of `text` as the model sees it (for explanations): its vocabulary form
+        (an unknown word: its normalized text), the character span [start, end) in `text`,
+        whether it is outside the vocabulary, and whether it lies beyond `max_length`."""
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._hash_unknown(text, encoding)
+        unknown = {self.unk_id, *range(self.oov_base, self.oov_base + self.oov_buckets)}
+        normalizer = self.tokenizer.normalizer
+        out = []
+        for j, (token, (start, end), token_id) in enumerate(zip(encoding.tokens, encoding.offsets, ids)):
+            is_unknown = token_id in unknown
+            if is_unknown:
+                span = text[start:end]
+                token = normalizer.normalize_str(span) if normalizer is not None else span
+            out.append({"token": token, "start": start, "end": end, "unknown": is_unknown,
+                        "truncated": j >= max_length})
+        return out
+
 
 # --- a check before tokenizing ---------------------------------------------------------------
 # Not part of the encoding: the service calls it to refuse texts before they cost anything.

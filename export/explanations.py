@@ -1,0 +1,213 @@
+"""Expose the attention a network actually used as an extra output of its ONNX graph.
+
+The papers explain a decision by their attention (AttConv Fig. 6: which premise words each
+hypothesis word attends to; ABCNN Fig. 4: the attention matrix; ACT: the global attention over
+tokens). Those tensors are already computed inside the exported graph; this module finds the
+one that explains the decision and adds it to the graph's outputs, unchanged. A run that asks
+only for `logits` pays nothing for it (the tensor is an intermediate either way), and the
+explanation is the network's own number, not a re-computation beside it.
+
+Which tensor (found by the exporter's per-node `namespace` metadata, innermost module first):
+    AttConv     the first attentive convolution's attention: masked softmax of the matching
+                scores (eq. 4); tx over ty (hypothesis over premise, claim over each evidence
+                sentence, or the text over itself)
+    ABCNN-1/3   block 0's attention matrix A (eq. 2), match scores between premise and
+                hypothesis tokens, 0 on padding; the service normalises each row
+    ACT         the global attention weights of the pooler over the tokens
+BCNN has no attention and ABCNN-2 attends only over convolution columns (not tokens): no output.
+
+`torch_explanation` returns the same tensor from the PyTorch network (forward hooks), so the
+export's parity check covers the explanation like the logits.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from models import TextClassifier
+from service.bundle import ExplanationOutput
+
+log = logging.getLogger(__name__)
+
+OUTPUT = "explanation"
+
+
+def explanation_spec(network: TextClassifier) -> ExplanationOutput | None:
+    """What `expose_explanation` adds for this network, or None when it has no token attention."""
+    config = network.config
+    family = type(network).__name__
+    task = config.task
+    if family == "AttConv":
+        if task == "classification":
+            return ExplanationOutput(output=OUTPUT, kind="alignment", rows="input_ids", columns="input_ids",
+                                     method="AttConv attention of each token over the text's tokens (softmax of the "
+                                            "matching scores, eq. 4): the weights of its attentive context")
+        if task == "entailment":
+            return ExplanationOutput(output=OUTPUT, kind="alignment", rows="hypothesis_ids", columns="premise_ids",
+                                     method="AttConv attention of each hypothesis token over the premise tokens "
+                                            "(softmax of the matching scores, eq. 4): the weights of its attentive context")
+        conc = config.multi_context == "conc"
+        return ExplanationOutput(
+            output=OUTPUT, kind="alignment", rows="claim_ids", columns="evidence_ids",
+            layout="evidence_concatenated" if conc else "evidence_slots", normalize_rows=conc,
+            method="AttConv attention of each claim token over the evidence tokens (softmax of the matching scores, "
+                   "eq. 4)" + (" over all evidence at once, shown per evidence and normalised within it"
+                               if conc else ", per evidence sentence")
+                   + "; share: " + ("the claim's attention mass on the evidence" if conc else
+                                    "the fraction of claim-vector dimensions this evidence won in the context-wise max"))
+    if family == "ABCNN" and config.variant in ("abcnn-1", "abcnn-3"):
+        return ExplanationOutput(output=OUTPUT, kind="alignment", rows="premise_ids", columns="hypothesis_ids",
+                                 normalize_rows=True,
+                                 method="ABCNN attention matrix of the first block (match score 1 / (1 + |h - p|) "
+                                        "between word vectors, eq. 2), each hypothesis row normalised to sum to 1")
+    if family == "ACTForClassification" and config.variant == "act":
+        return ExplanationOutput(output=OUTPUT, kind="token_weights", rows="input_ids",
+                                 method="ACT global attention: the pooler's softmax weight of each token in the "
+                                        "text's representation")
+    return None
+
+
+# --- the graph rewrite -------------------------------------------------------------------------
+
+def _innermost_module(node) -> str:
+    """'network.attconv: models.attconv.AttConvLayer' for a node the exporter placed there."""
+    namespace = next((p.value for p in node.metadata_props if p.key == "namespace"), "")
+    parts = namespace.split("/")
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+def _masked_softmax_output(graph, module_class: str) -> str:
+    """The first masked_softmax inside `module_class`: its Softmax, then the Mul that zeroes
+    padded positions (models.layers.masked_softmax)."""
+    for node in graph.node:
+        if node.op_type == "Softmax" and _innermost_module(node).endswith(f": {module_class}"):
+            for consumer in graph.node:
+                if consumer.op_type == "Mul" and node.output[0] in consumer.input:
+                    return consumer.output[0]
+            raise ValueError(f"the softmax in {module_class} has no masking Mul after it")
+    raise ValueError(f"no softmax inside {module_class} in the graph")
+
+
+def _first_block_attention(graph) -> str:
+    """ABCNN block 0's attention matrix: the masked_fill (Where) closing attention_matrix()."""
+    for node in graph.node:
+        if node.op_type == "Where" and _innermost_module(node) == "network.blocks.0: models.abcnn.ABCNNBlock":
+            return node.output[0]
+    raise ValueError("no attention matrix in ABCNN block 0")
+
+
+def _tensor_name(graph, network: TextClassifier) -> str:
+    family = type(network).__name__
+    if family == "AttConv":
+        return _masked_softmax_output(graph, "models.attconv.AttConvLayer")
+    if family == "ABCNN":
+        return _first_block_attention(graph)
+    return _masked_softmax_output(graph, "models.act.ACTGlobalAttention")
+
+
+def expected_shape(spec: ExplanationOutput, ids: Sequence[np.ndarray]) -> tuple[int, ...]:
+    """The explanation output's shape for graph inputs `ids` (in the task's input order)."""
+    by_name = dict(zip(_input_names(spec), ids))
+    if spec.kind == "token_weights":
+        return tuple(by_name["input_ids"].shape)
+    rows, columns = by_name[spec.rows], by_name[spec.columns]
+    if spec.layout == "evidence_slots":  # (B*K, Lc, Le)
+        return (columns.shape[0] * columns.shape[1], rows.shape[1], columns.shape[2])
+    if spec.layout == "evidence_concatenated":  # (B, Lc, K*Le)
+        return (rows.shape[0], rows.shape[1], columns.shape[1] * columns.shape[2])
+    return (rows.shape[0], rows.shape[1], columns.shape[1])
+
+
+def _input_names(spec: ExplanationOutput) -> tuple[str, ...]:
+    if spec.rows in ("claim_ids",):
+        return ("claim_ids", "evidence_ids")
+    if spec.rows == "input_ids":
+        return ("input_ids",)
+    return ("premise_ids", "hypothesis_ids")
+
+
+def expose_explanation(path: str | Path, network: TextClassifier) -> ExplanationOutput | None:
+    """Add the network's explaining attention to the graph at `path` as output `explanation`
+    (in place) and check its shape on inputs of distinct lengths; None (graph untouched) for
+    a network without token attention."""
+    import onnx
+    from onnx import helper
+
+    spec = explanation_spec(network)
+    if spec is None:
+        return None
+    model = onnx.load(str(path))
+    graph = model.graph
+    if any(o.name == spec.output for o in graph.output):
+        raise ValueError(f"{path}: the graph already has an output {spec.output!r}")
+    tensor = _tensor_name(graph, network)
+    # An Identity gives the exposed tensor the output's name; the graph's own nodes are untouched.
+    graph.node.append(helper.make_node("Identity", [tensor], [spec.output], name=f"{spec.output}__expose"))
+    rank = 2 if spec.kind == "token_weights" else 3
+    axes = [f"{spec.output}_{axis}" for axis in ("batch", "rows", "columns")[:rank]]
+    graph.output.append(helper.make_tensor_value_info(spec.output, onnx.TensorProto.FLOAT, axes))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    _check_shape(path, spec, network.config.task)
+    log.info("explanation exposed", extra={"path": str(path), "tensor": tensor, "kind": spec.kind})
+    return spec
+
+
+def _check_shape(path: str | Path, spec: ExplanationOutput, task: str) -> None:
+    """Inputs whose every axis differs: a wrong tensor (the other direction's attention, a
+    convolution column axis) has another shape."""
+    import onnxruntime as ort
+
+    from models import TASKS
+
+    rng = np.random.default_rng(0)
+    shapes = {2: [(3, 7), (3, 5)], 3: [(3, 2, 6)]}
+    ids, two_d = [], iter(shapes[2])
+    for rank in TASKS[task].input_ranks:
+        shape = next(two_d) if rank == 2 else shapes[3][0]
+        ids.append(rng.integers(1, 20, size=shape, dtype=np.int64))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run([spec.output], dict(zip(TASKS[task].inputs, ids)))
+    if out.shape != expected_shape(spec, ids):
+        raise ValueError(f"{path}: the exposed explanation has shape {out.shape}, expected "
+                         f"{expected_shape(spec, ids)} ({spec.kind}, {spec.layout}); the graph changed shape")
+
+
+# --- the same tensor from PyTorch --------------------------------------------------------------
+
+def torch_explanation(network: TextClassifier, ids: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The tensor `expose_explanation` exposes, computed by the PyTorch network on `ids`."""
+    from models.abcnn import attention_matrix
+
+    if explanation_spec(network) is None:
+        return None
+    family = type(network).__name__
+    captured: list[torch.Tensor] = []
+
+    if family == "ABCNN":
+        block = network.blocks[0]
+
+        def hook(module, args, output):
+            x0, mask0, x1, mask1 = args[:4]
+            from models.layers import zero_padding
+            captured.append(attention_matrix(zero_padding(x0, mask0), mask0, zero_padding(x1, mask1), mask1,
+                                             module.match_eps))
+    else:
+        block = network.attconv if family == "AttConv" else network.pooler
+
+        def hook(module, args, output):
+            captured.append(output[1])  # AttConvLayer and ACTGlobalAttention return (values, attention)
+
+    handle = block.register_forward_hook(hook)
+    try:
+        network.eval()
+        with torch.inference_mode():
+            network._forward_ids(*(torch.from_numpy(np.ascontiguousarray(x)) for x in ids))
+    finally:
+        handle.remove()
+    return captured[0].float().numpy()  # the first call: tx over ty
