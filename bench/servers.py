@@ -60,6 +60,7 @@ class ServerSpec:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     ready_path: str = "/health/ready"
+    code_root: Path = REPO  # the source tree the server runs from (bench.ab compares two trees)
 
 
 def uvicorn_spec(kind: str, factory: str, port: int, env: dict[str, str], stack: UvicornOptions) -> ServerSpec:
@@ -133,11 +134,11 @@ class Server:
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "Server":
-        env = {**os.environ, "PYTHONPATH": str(REPO), **self.spec.env}
+        env = {**os.environ, "PYTHONPATH": str(self.spec.code_root), **self.spec.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as sink:
             # Own session = own process group: stop() ends exactly this server and its workers.
-            self.process = subprocess.Popen(pinned(self.spec.argv, self.cpus), env=env, cwd=REPO, stdout=sink,
+            self.process = subprocess.Popen(pinned(self.spec.argv, self.cpus), env=env, cwd=self.spec.code_root, stdout=sink,
                                             stderr=subprocess.STDOUT, start_new_session=True)
         try:
             self._wait_ready()

@@ -8,6 +8,7 @@ classification. Each body file holds one JSON request per line:
     single.jsonl    {"premise": ..., "hypothesis": ...}            (our API, one input)
     batch.jsonl     {"inputs": [32 inputs]}                         (our API, 32 inputs)
     peer.jsonl      {"inputs": [one input]}                         (the BentoML peer's API)
+    explain.jsonl   {"premise": ..., "hypothesis": ..., "explain": true}  (one input, with its explanation)
     parity_examples.jsonl  the examples themselves, in the checkpoint module's JSONL format
                            (read back with training.checkpoint.load_examples)
 
@@ -95,6 +96,7 @@ def write_bodies(examples: list, directory: Path) -> dict:
         "batch": [json.dumps({"inputs": inputs[i : i + BATCH_INPUTS]}, ensure_ascii=False)
                   for i in range(0, len(inputs) - BATCH_INPUTS + 1, BATCH_INPUTS)],
         "peer": [json.dumps({"inputs": [x]}, ensure_ascii=False) for x in inputs],
+        "explain": [json.dumps({**x, "explain": True}, ensure_ascii=False) for x in inputs],
     }
     for name, rows in lines.items():
         (directory / f"{name}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")

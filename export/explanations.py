@@ -64,7 +64,9 @@ def explanation_spec(network: TextClassifier) -> ExplanationOutput | None:
         return ExplanationOutput(output=OUTPUT, kind="alignment", rows="premise_ids", columns="hypothesis_ids",
                                  normalize_rows=True,
                                  method="ABCNN attention matrix of the first block (match score 1 / (1 + |h - p|) "
-                                        "between word vectors, eq. 2), each hypothesis row normalised to sum to 1")
+                                        "between word vectors, eq. 2), each hypothesis row normalised to sum to 1: "
+                                        "it shows which words look alike, not which ones the decision rests on "
+                                        "(README, 'Are the weights faithful?')")
     if family == "ACTForClassification" and config.variant == "act":
         return ExplanationOutput(output=OUTPUT, kind="token_weights", rows="input_ids",
                                  method="ACT global attention: the pooler's softmax weight of each token in the "

@@ -35,6 +35,7 @@ from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, er
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
+from service.ui import mount_ui
 from service.workers import WorkerGroup
 
 log = logging.getLogger("service.app")
@@ -511,6 +512,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(oip_router)
+    if settings.ui:
+        mount_ui(app)
     # Outermost first: metrics also see the 413s of the body limit.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, service=service)
     app.add_middleware(RequestMetricsMiddleware, metrics=service.metrics)

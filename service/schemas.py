@@ -107,8 +107,8 @@ VerifyBody = Annotated[
 
 class Token(BaseModel):
     token: str = Field(description="the token as the model saw it (normalized; an unknown word: its normalized text)")
-    start: int = Field(description="character offset of its first character in the text sent")
-    end: int = Field(description="character offset just past its last character")
+    start: int = Field(description="offset of its first character in the text sent, in Unicode code points")
+    end: int = Field(description="offset just past its last character, in Unicode code points")
     unknown: bool = Field(description="outside the model's vocabulary")
     truncated: bool = Field(description="beyond the model's max length: the model never saw it")
 

@@ -94,6 +94,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(4096, ge=1)
     # /docs and /redoc (Swagger UI and ReDoc load their scripts from a CDN); the images turn them off
     docs: bool = True
+    # /ui, the explanation page (static files from the package, no CDN, strict CSP)
+    ui: bool = True
 
     shutdown_timeout_s: float = Field(30.0, ge=0)
     log_level: str = "INFO"

@@ -42,9 +42,10 @@ VERIFY_BEHAVIOUR = [
 ]
 
 
-def readme_examples(text: str) -> list[tuple[str, dict, object, int]]:
-    """(path, request body, expected answer, README line) for each `curl ... -d '...'` in the
-    README followed by its answer as `# ...` comment lines."""
+def readme_examples(text: str) -> list[tuple[str, dict, object, int, str]]:
+    """(path, request body, expected answer, README line, jq path) for each `curl ... -d '...'`
+    in the README followed by its answer as `# ...` comment lines; a body line ending in
+    `| jq -c '.a.b[4]'` shows only that part of the answer (the path is "" otherwise)."""
     lines = text.splitlines()
     examples = []
     i = 0
@@ -54,15 +55,23 @@ def readme_examples(text: str) -> list[tuple[str, dict, object, int]]:
             i += 1
             continue
         start = i
-        body_match = re.match(r"\s+-d '(.*)'$", lines[i + 1])
+        body_match = re.match(r"\s+-d '(.*?)'(?: \| jq -c '([.\w\[\]]+)')?$", lines[i + 1])
         assert body_match, f"README line {i + 2}: expected a -d '...' body"
         answer = []
         i += 2
         while i < len(lines) and lines[i].startswith("#"):
             answer.append(lines[i][1:].strip())
             i += 1
-        examples.append((match.group(1), json.loads(body_match.group(1)), json.loads("".join(answer)), start + 1))
+        examples.append((match.group(1), json.loads(body_match.group(1)), json.loads("".join(answer)), start + 1,
+                         body_match.group(2) or ""))
     return examples
+
+
+def jq_path(value, path: str):
+    """The part of `value` a simple jq path (`.key`, `[index]`, chained) selects."""
+    for key, index in re.findall(r"\.(\w+)|\[(\d+)\]", path):
+        value = value[key] if key else value[int(index)]
+    return value
 
 
 def assert_same_answer(got, want, where: str) -> None:
@@ -104,7 +113,7 @@ async def answers(requests: list[tuple[str, dict]]) -> tuple[list, dict]:
 def served():
     examples = readme_examples(README.read_text(encoding="utf-8"))
     probes = [("/verify", {"claim": c, "evidence": e}) for c, e, _ in VERIFY_BEHAVIOUR]
-    got, models = asyncio.run(answers([(p, b) for p, b, _, _ in examples] + probes))
+    got, models = asyncio.run(answers([(p, b) for p, b, _, _, _ in examples] + probes))
     return examples, got[: len(examples)], got[len(examples):], models
 
 
@@ -124,8 +133,8 @@ def test_every_shipped_bundle_loads_with_a_card(served):
 def test_readme_answers_are_what_the_shipped_models_answer(served):
     examples, got, _, _ = served
     assert len(examples) >= 4, "the README's API section lost its examples"
-    for (path, _, want, line), answer in zip(examples, got):
-        assert_same_answer(answer, want, f"README line {line} ({path})")
+    for (path, _, want, line, jq), answer in zip(examples, got):
+        assert_same_answer(jq_path(answer, jq), want, f"README line {line} ({path}{' | jq ' + jq if jq else ''})")
 
 
 @pytest.mark.parametrize("case", range(len(VERIFY_BEHAVIOUR)))
@@ -139,6 +148,7 @@ def test_default_verify_model_keeps_the_behaviour_it_was_chosen_for(served, case
 
 if __name__ == "__main__":
     examples = readme_examples(README.read_text(encoding="utf-8"))
-    got, _ = asyncio.run(answers([(p, b) for p, b, _, _ in examples]))
-    for (path, body, _, line), answer in zip(examples, got):
-        print(f"README line {line} {path}: {json.dumps(rounded(answer), separators=(',', ':'))}")
+    got, _ = asyncio.run(answers([(p, b) for p, b, _, _, _ in examples]))
+    for (path, body, _, line, jq), answer in zip(examples, got):
+        print(f"README line {line} {path}{' | jq ' + jq if jq else ''}: "
+              f"{json.dumps(rounded(jq_path(answer, jq)), separators=(',', ':'))}")

@@ -1,0 +1,103 @@
+"""A/B throughput of service configurations, repeated and interleaved: is B slower than A?
+
+On a shared 2-core machine one run of each side says little (the same configuration ranged
+~25% between runs). Here each arm is a (source tree, request body file) pair; the arms run in
+turn, `--repeats` rounds of A, B, C, ... (a fresh server per run, pinned to core 0, wrk pinned
+to core 1, a warm-up before each), and the report gives each arm's median items/s with its
+spread and the ratio of medians to the first arm. Only 2xx answers count; a run with any error
+is marked failed and left out of the median. The 1-minute load average is recorded per run.
+
+    python -m bench.ab --model snli-attconv-light --dataset snli \\
+        --arm before=/work/wt/before:single --arm after=.:single --arm explain=.:explain
+
+An arm's tree serves its own `model_repository/`; `single` and `explain` are the body files of
+bench.workloads (one input per request, `explain` adds `"explain": true`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bench import loadgen, servers
+from bench.workloads import ENDPOINT_OF_TASK, test_examples, write_bodies
+from service.settings import Settings
+
+app = typer.Typer(add_completion=False)
+
+
+def _arm(text: str) -> tuple[str, Path, str]:
+    label, _, rest = text.partition("=")
+    root, _, bodies = rest.partition(":")
+    if not label or not root or bodies not in ("single", "explain"):
+        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain")
+    return label, Path(root).resolve(), bodies
+
+
+@app.command()
+def main(
+    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain, in order; the first is the base")],
+    model: Annotated[str, typer.Option(help="bundle name in each tree's model_repository/")] = "snli-attconv-light",
+    dataset: Annotated[str, typer.Option(help="dataset whose test examples are sent")] = "snli",
+    task: Annotated[str, typer.Option()] = "entailment",
+    concurrency: Annotated[int, typer.Option()] = 32,
+    duration: Annotated[int, typer.Option(help="seconds per run")] = 10,
+    warmup: Annotated[int, typer.Option(help="seconds of warm-up load before each run")] = 2,
+    repeats: Annotated[int, typer.Option(help="rounds over all arms")] = 5,
+    examples: Annotated[int, typer.Option()] = 2000,
+    out: Annotated[Path | None, typer.Option(help="write the runs and the summary here (JSON)")] = None,
+) -> None:
+    arms = [_arm(a) for a in arm]
+    work = Path(tempfile.mkdtemp(prefix="bench-ab-"))
+    write_bodies(test_examples(dataset, 5, examples), work / "bodies")
+    path = ENDPOINT_OF_TASK[task]
+    runs: list[dict] = []
+    for round_ in range(repeats):
+        for label, root, bodies in arms:
+            spec = servers.service_spec(servers.free_port(), root / "model_repository", model,
+                                        max_batch_size=Settings.model_fields["max_batch_size"].default,
+                                        max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
+                                        intra_op_threads=1)
+            spec.code_root = root
+            body_file = work / "bodies" / f"{bodies}.jsonl"
+            with servers.Server(spec, "0", work / "logs") as server:
+                loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1")
+                run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1")
+            run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2),
+                       failed=run["errors"]["total"] > 0)
+            runs.append(run)
+            typer.echo(f"round {round_ + 1}/{repeats} {label:10s} {run['items_per_s']:8.1f} items/s  "
+                       f"p50 {run['latency_ms']['p50']:.1f} ms  p99 {run['latency_ms']['p99']:.1f} ms  "
+                       f"errors {run['errors']['total']}  load {run['load_1m']}", err=True)
+    summary = {}
+    for label, root, bodies in arms:
+        ok = [r["items_per_s"] for r in runs if r["arm"] == label and not r["failed"]]
+        p99 = [r["latency_ms"]["p99"] for r in runs if r["arm"] == label and not r["failed"]]
+        summary[label] = {"tree": str(root), "bodies": bodies, "runs_ok": len(ok),
+                          "median_items_per_s": statistics.median(ok) if ok else None,
+                          "min": min(ok, default=None), "max": max(ok, default=None),
+                          "median_p99_ms": statistics.median(p99) if p99 else None}
+    base = summary[arms[0][0]]["median_items_per_s"]
+    for label in summary:
+        median = summary[label]["median_items_per_s"]
+        summary[label]["ratio_to_first"] = round(median / base, 4) if median and base else None
+    report = {"command": "python -m bench.ab " + " ".join(f"--arm {a}" for a in arm),
+              "model": model, "concurrency": concurrency, "duration_s": duration, "repeats": repeats,
+              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "summary": summary, "runs": runs}
+    for label, s in summary.items():
+        typer.echo(f"{label:10s} median {s['median_items_per_s']} items/s (min {s['min']}, max {s['max']}, "
+                   f"{s['runs_ok']} runs ok), ratio to {arms[0][0]} {s['ratio_to_first']}, median p99 {s['median_p99_ms']} ms")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    app()

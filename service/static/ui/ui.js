@@ -1,0 +1,577 @@
+// attserve explanation page: pick a task and a model, send texts with `explain: true`, and
+// draw the answer (label, scores, tokens, attention). Vanilla ES2020, no dependencies; the
+// page's Content-Security-Policy allows only this file, so no inline handlers or styles:
+// colours are set through CSS custom properties (element.style.setProperty), which CSP allows.
+"use strict";
+
+(() => {
+  // Task -> its endpoint (relative to /ui/, so the page works behind a path prefix) and fields.
+  const TASKS = {
+    classification: { endpoint: "../classify", fields: ["text"] },
+    entailment: { endpoint: "../entailment", fields: ["premise", "hypothesis"] },
+    verification: { endpoint: "../verify", fields: ["claim", "evidence"] },
+  };
+  // Accepted in ?task=: the task names and the endpoint names.
+  const TASK_ALIASES = { classify: "classification", verify: "verification" };
+  // The README's examples.
+  const EXAMPLES = {
+    classification: { text: "Shares in the bank fell sharply after it reported a loss for the quarter." },
+    entailment: { premise: "A man is playing a guitar on stage.", hypothesis: "A man is performing music." },
+    verification: {
+      claim: "A dog is running in the snow.",
+      evidence: "Two people sit at a cafe table.\nA brown dog runs through deep snow.\nA child paints a fence.",
+    },
+  };
+  const UNKNOWN_TITLE = "unknown word";
+  const CUT_TITLE = "cut: beyond the model's max length";
+  const NO_ATTENTION = "this model exposes no attention weights";
+
+  const $ = (id) => document.getElementById(id);
+  const form = $("form");
+  const modelSelect = $("model");
+  const alertBox = $("alert");
+  const statusLine = $("status");
+  const result = $("result");
+
+  let catalog = null; // the /v1/models answer
+  const chosenModel = {}; // task -> model name picked by the user
+  let busy = false;
+
+  // --- small DOM helpers -----------------------------------------------------------------
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("data-")) node.setAttribute(key, String(value));
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  const fmt = (x) => (typeof x === "number" && Number.isFinite(x) ? x.toFixed(3) : "–");
+  const pct = (x) => `${Math.max(0, Math.min(1, Number(x) || 0)) * 100}%`;
+  // Shade an element: --w in [0, 1]; the CSS mixes the heat colour by it.
+  function shade(node, weight) {
+    const w = Math.max(0, Math.min(1, weight));
+    node.style.setProperty("--w", String(w));
+    node.classList.toggle("hot", w > 0.55); // dark text on the strong colour, in both schemes
+  }
+
+  // --- alert and status ------------------------------------------------------------------
+
+  function showAlert(title, message) {
+    alertBox.replaceChildren(el("strong", { text: title }), " ", el("span", { class: "alert-message", text: message }));
+    alertBox.hidden = false;
+  }
+
+  function clearAlert() {
+    alertBox.hidden = true;
+    alertBox.replaceChildren();
+  }
+
+  function setStatus(text) {
+    statusLine.textContent = text;
+  }
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  // The service answers every error as {"error": {"code", "message"}}; anything else (a proxy's
+  // HTML page, an empty body) is reported by its status line.
+  async function readAnswer(response) {
+    const text = await response.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (_) {
+      data = null;
+    }
+    if (!response.ok) {
+      const error = data && data.error;
+      if (error && typeof error.message === "string") {
+        throw new ApiError(response.status, error.code || "error", error.message);
+      }
+      throw new ApiError(response.status, "http_error", `${response.status} ${response.statusText || ""}`.trim());
+    }
+    if (data === null) throw new ApiError(response.status, "bad_answer", "the service sent no JSON");
+    return data;
+  }
+
+  function reportError(err, what) {
+    if (err instanceof ApiError) {
+      showAlert(`${what} failed (${err.status} ${err.code}):`, err.message);
+    } else {
+      showAlert(`${what} failed:`, `could not reach the service (${err && err.message ? err.message : err})`);
+    }
+    setStatus("");
+  }
+
+  // --- task and model pickers ------------------------------------------------------------
+
+  function currentTask() {
+    const checked = form.querySelector('input[name="task"]:checked');
+    return checked ? checked.value : "classification";
+  }
+
+  function modelsOf(task) {
+    if (!catalog) return [];
+    return (catalog.models || []).filter((m) => m.task === task);
+  }
+
+  function modelInfo(name) {
+    return catalog ? (catalog.models || []).find((m) => m.name === name) : undefined;
+  }
+
+  function showTask(task) {
+    for (const field of form.querySelectorAll("[data-task]")) {
+      field.hidden = field.dataset.task !== task;
+    }
+    fillModels(task);
+  }
+
+  function fillModels(task) {
+    const models = modelsOf(task);
+    if (!catalog) return;
+    const taskInfo = (catalog.tasks || {})[task] || {};
+    modelSelect.replaceChildren();
+    if (models.length === 0) {
+      modelSelect.append(el("option", { value: "", text: "no model of this task is served" }));
+      modelSelect.disabled = true;
+      describeModel();
+      return;
+    }
+    modelSelect.disabled = false;
+    for (const m of models) {
+      const notes = [];
+      if (m.name === taskInfo.default || m.default) notes.push("default");
+      if (m.status && m.status !== "ready") notes.push(m.status);
+      if (m.explanation === null) notes.push("no attention");
+      const text = `${m.name}${m.architecture ? ` · ${m.architecture}` : ""}${notes.length ? ` (${notes.join(", ")})` : ""}`;
+      modelSelect.append(el("option", { value: m.name, text, disabled: m.status === "failed" }));
+    }
+    const wanted = chosenModel[task] || taskInfo.default || models[0].name;
+    modelSelect.value = models.some((m) => m.name === wanted) ? wanted : models[0].name;
+    describeModel();
+  }
+
+  function describeModel() {
+    const info = modelInfo(modelSelect.value);
+    const hint = $("model-info");
+    if (!info) {
+      hint.textContent = "";
+      return;
+    }
+    const parts = [];
+    if (info.description) parts.push(info.description);
+    if (Array.isArray(info.labels)) parts.push(`Labels: ${info.labels.join(", ")}.`);
+    if (info.max_lengths) {
+      parts.push(`Max length: ${Object.entries(info.max_lengths).map(([k, v]) => `${k.replace(/_ids$/, "")} ${v}`).join(", ")} tokens.`);
+    }
+    parts.push(info.explanation ? `Weights: ${info.explanation}.` : info.explanation === null ? `Weights: ${NO_ATTENTION}.` : "");
+    hint.textContent = parts.filter(Boolean).join(" ");
+    $("max-evidence").textContent = info.max_evidence ? String(info.max_evidence) : "a few";
+  }
+
+  async function loadModels() {
+    try {
+      const response = await fetch("../v1/models", { headers: { accept: "application/json" } });
+      catalog = await readAnswer(response);
+    } catch (err) {
+      modelSelect.replaceChildren(el("option", { value: "", text: "the task's default model" }));
+      reportError(err, "Loading the model list");
+      return;
+    }
+    // tasks without a model cannot be picked
+    for (const radio of form.querySelectorAll('input[name="task"]')) {
+      const none = modelsOf(radio.value).length === 0;
+      radio.disabled = none;
+      radio.closest("label").classList.toggle("disabled", none);
+    }
+    showTask(currentTask());
+  }
+
+  // ?task=verify&model=NAME preselect a task and a model
+  function applyQuery() {
+    const params = new URLSearchParams(window.location.search);
+    let task = params.get("task");
+    task = TASK_ALIASES[task] || task;
+    if (task && TASKS[task]) {
+      form.querySelector(`input[name="task"][value="${task}"]`).checked = true;
+      const model = params.get("model");
+      if (model) chosenModel[task] = model;
+    }
+  }
+
+  // --- the request -----------------------------------------------------------------------
+
+  function bodyOf(task) {
+    const body = {};
+    for (const field of TASKS[task].fields) {
+      const value = $(field).value;
+      body[field] = field === "evidence" ? value.split(/\r?\n/).filter((line) => line.trim() !== "") : value;
+    }
+    if (modelSelect.value) body.model = modelSelect.value;
+    body.explain = true;
+    return body;
+  }
+
+  async function run(event) {
+    event.preventDefault();
+    if (busy) return;
+    const task = currentTask();
+    const body = bodyOf(task);
+    busy = true;
+    $("submit").disabled = true;
+    result.setAttribute("aria-busy", "true");
+    clearAlert();
+    setStatus("Running the model…");
+    try {
+      const response = await fetch(TASKS[task].endpoint, {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json" },
+        body: JSON.stringify(body),
+      });
+      const answer = await readAnswer(response);
+      render(task, body, answer, response.headers.get("x-total-time"));
+      setStatus(`Done: ${answer.label}${answer.scores ? ` (${fmt(answer.scores[answer.label])})` : ""}.`);
+    } catch (err) {
+      result.hidden = true; // an old result under a new error would mislead
+      reportError(err, "The request");
+    } finally {
+      busy = false;
+      $("submit").disabled = false;
+      result.removeAttribute("aria-busy");
+    }
+  }
+
+  // --- rendering -------------------------------------------------------------------------
+
+  function render(task, body, answer, totalMs) {
+    $("result-label").textContent = answer.label;
+    result.dataset.task = task;
+    const meta = [answer.model];
+    if (totalMs) meta.push(`${Number(totalMs).toFixed(1)} ms`);
+    if (answer.truncated) meta.push("a text was cut to the model's max length");
+    $("result-meta").textContent = meta.filter(Boolean).join(" · ");
+    renderScores(answer.scores || {}, answer.label);
+
+    const box = $("explanation");
+    box.replaceChildren();
+    const explanation = answer.explanation;
+    $("method").textContent = explanation && explanation.method ? explanation.method : "";
+    if (!explanation) {
+      box.append(el("p", { class: "note", text: "The service sent no explanation with this answer." }));
+    } else if (task === "verification") {
+      renderVerification(box, body, answer, explanation);
+    } else {
+      renderTexts(box, task, body, explanation);
+    }
+    result.hidden = false;
+  }
+
+  function renderScores(scores, label) {
+    const list = $("scores");
+    list.replaceChildren();
+    for (const [name, value] of Object.entries(scores)) {
+      const fill = el("span", { class: "fill" });
+      fill.style.width = pct(value);
+      list.append(el("li", { class: name === label ? "top" : null, "data-label": name },
+        el("span", { class: "score-name", text: name }),
+        el("span", { class: "bar", "aria-hidden": "true" }, fill),
+        el("span", { class: "score-value", text: fmt(value) })));
+    }
+  }
+
+  // Classification and entailment: each text's tokens, then token weights or the heat map.
+  function renderTexts(box, task, body, explanation) {
+    const tokens = explanation.tokens || {};
+    const alignment = explanation.alignment;
+    const weights = Array.isArray(explanation.token_weights) ? explanation.token_weights : null;
+    // column tokens are shaded by the most any row token attends them (column max)
+    const columnMax = alignment && alignment.rows !== alignment.columns ? columnMaxima(alignment.weights) : null;
+    const scale = Math.max(1e-12, ...(weights || columnMax || [0]));
+    for (const field of TASKS[task].fields) {
+      let shading = null;
+      let about = null;
+      if (weights && field === "text") {
+        shading = weights;
+        about = "Shaded by the token's weight";
+      } else if (columnMax && alignment.columns === field) {
+        shading = columnMax;
+        about = `Shaded by how much the ${alignment.rows} attends each token (the largest weight in its column)`;
+      }
+      box.append(tokenSection(field, body[field], tokens[field], shading, scale, about));
+    }
+    if (alignment && Array.isArray(alignment.weights)) {
+      box.append(heatmap(alignment, tokens[alignment.rows], tokens[alignment.columns],
+        body[alignment.rows], body[alignment.columns], `${alignment.rows} × ${alignment.columns}`));
+    } else if (!weights) {
+      box.append(el("p", { class: "note no-attention", text: `${capitalize(NO_ATTENTION)}; the tokens are shown as the model read them.` }));
+    }
+  }
+
+  function renderVerification(box, body, answer, explanation) {
+    const tokens = explanation.tokens || {};
+    box.append(tokenSection("claim", body.claim, tokens.claim, null, 1, null));
+    const blocks = Array.isArray(explanation.evidence) ? explanation.evidence : null;
+    const evidenceTokens = Array.isArray(tokens.evidence) ? tokens.evidence : [];
+    const shares = answer.evidence_scores || [];
+    if (!blocks) {
+      box.append(el("p", { class: "note no-attention", text: `${capitalize(NO_ATTENTION)}; the tokens are shown as the model read them.` }));
+    }
+    // one scale for every evidence sentence, so their shading compares
+    const maxima = (blocks || []).map((b) => (b && b.alignment ? columnMaxima(b.alignment.weights) : []));
+    const scale = Math.max(1e-12, ...maxima.flat());
+    const list = el("div", { class: "evidence-list" });
+    body.evidence.forEach((sentence, i) => {
+      const block = blocks ? blocks[i] : null;
+      const share = block && typeof block.share === "number" ? block.share : shares[i];
+      const section = el("section", { class: "evidence-block", "data-index": i, "data-share": share, "aria-labelledby": `evidence-${i}-heading` });
+      shade(section, share || 0);
+      const fill = el("span", { class: "fill" });
+      fill.style.width = pct(share);
+      section.append(
+        el("h4", { id: `evidence-${i}-heading` }, `Evidence ${i + 1} `,
+          el("span", { class: "share" }, "share ", el("span", { class: "share-value", text: fmt(share) }))),
+        el("span", { class: "bar", "aria-hidden": "true" }, fill));
+      const about = block && block.alignment ? "Shaded by how much the claim attends each token (the largest weight in its column)" : null;
+      section.append(tokenList(sentence, evidenceTokens[i], maxima[i] && maxima[i].length ? maxima[i] : null, scale));
+      if (about) section.append(el("p", { class: "hint", text: about }));
+      section.append(...tokenNotes(evidenceTokens[i], maxima[i] && maxima[i].length ? maxima[i] : null, sentence));
+      if (block && block.alignment) {
+        const details = el("details", { class: "evidence-heatmap" },
+          el("summary", { text: `Heat map: claim × evidence ${i + 1}` }));
+        details.append(heatmap(block.alignment, tokens.claim, evidenceTokens[i], body.claim, sentence,
+          `claim × evidence ${i + 1}`));
+        section.append(details);
+      }
+      list.append(section);
+    });
+    box.append(el("h4", { class: "evidence-title", text: "Evidence, shaded by its share of the claim's representation" }), list);
+  }
+
+  function capitalize(s) {
+    return s.charAt(0).toUpperCase() + s.slice(1);
+  }
+
+  function columnMaxima(matrix) {
+    if (!Array.isArray(matrix) || matrix.length === 0) return [];
+    const out = new Array(matrix[0].length).fill(0);
+    for (const row of matrix) row.forEach((w, j) => { if (w > out[j]) out[j] = w; });
+    return out;
+  }
+
+  // --- tokens ----------------------------------------------------------------------------
+
+  // The span of a token in the original text. `start`/`end` count Unicode code points (the
+  // service is Python), JavaScript strings count UTF-16 units: slice by code points.
+  function spanText(codePoints, token) {
+    if (typeof token.start === "number" && typeof token.end === "number" && token.end > token.start) {
+      return codePoints.slice(token.start, token.end).join("");
+    }
+    return token.token;
+  }
+
+  function tokenSection(field, text, tokens, weights, scale, about) {
+    const section = el("section", { class: "text-block", "data-field": field, "aria-label": `${field} tokens` },
+      el("h4", { text: capitalize(field) }));
+    section.append(tokenList(text, tokens, weights, scale));
+    if (about && weights) section.append(el("p", { class: "hint", text: about }));
+    section.append(...tokenNotes(tokens, weights, text));
+    return section;
+  }
+
+  // The original text with each token wrapped: gaps (spaces, characters the tokenizer drops)
+  // stay plain text, so the text reads as typed.
+  function tokenList(text, tokens, weights, scale) {
+    const p = el("p", { class: "tokens" });
+    if (!Array.isArray(tokens)) {
+      p.textContent = text;
+      return p;
+    }
+    const cps = Array.from(text || "");
+    let at = 0;
+    let kept = 0;
+    tokens.forEach((token, i) => {
+      if (typeof token.start === "number" && token.start > at) p.append(cps.slice(at, token.start).join(""));
+      const classes = ["tok"];
+      const titles = [];
+      const shown = spanText(cps, token);
+      if (token.token && token.token !== shown) titles.push(`token: ${token.token}`);
+      if (token.unknown) {
+        classes.push("unknown");
+        titles.push(UNKNOWN_TITLE);
+      }
+      let weight = null;
+      if (token.truncated) {
+        classes.push("truncated");
+        titles.push(CUT_TITLE);
+      } else {
+        if (weights && kept < weights.length) {
+          weight = weights[kept];
+          classes.push("weighted");
+          titles.push(`weight ${fmt(weight)}`);
+        }
+        kept += 1;
+      }
+      const span = el("span", {
+        class: classes.join(" "),
+        "data-index": i,
+        "data-unknown": token.unknown ? "true" : "false",
+        "data-truncated": token.truncated ? "true" : "false",
+        "data-weight": weight === null ? null : weight,
+        title: titles.join("; ") || null,
+        text: shown,
+      });
+      if (weight !== null) shade(span, weight / scale);
+      p.append(span);
+      if (typeof token.end === "number") at = Math.max(at, token.end);
+    });
+    if (at < cps.length) p.append(cps.slice(at).join(""));
+    return p;
+  }
+
+  // Under a token list: the cut note, the unknown-word note and the top-weighted tokens in
+  // words (the shading's numbers for those who cannot see it).
+  function tokenNotes(tokens, weights, text) {
+    const out = [];
+    if (!Array.isArray(tokens)) return out;
+    const cut = tokens.filter((t) => t.truncated).length;
+    const unknown = tokens.filter((t) => t.unknown).length;
+    if (cut) {
+      out.push(el("p", { class: "note cut-note", text: `${cut} of ${tokens.length} tokens ${cut === 1 ? "was" : "were"} cut: beyond the model's max length (it read the first ${tokens.length - cut}).` }));
+    }
+    if (unknown) {
+      out.push(el("p", { class: "note unknown-note", text: `${unknown} unknown ${unknown === 1 ? "word" : "words"} (not in the model's vocabulary).` }));
+    }
+    if (weights && weights.length) {
+      const cps = Array.from(text || "");
+      const kept = tokens.filter((t) => !t.truncated);
+      const top = weights.map((w, i) => [w, i]).filter(([, i]) => i < kept.length)
+        .sort((a, b) => b[0] - a[0]).slice(0, 5)
+        .map(([w, i]) => `“${spanText(cps, kept[i])}” ${fmt(w)}`);
+      out.push(el("p", { class: "hint top-tokens", text: `Most weight: ${top.join(", ")}.` }));
+    }
+    return out;
+  }
+
+  // --- the heat map ----------------------------------------------------------------------
+
+  function heatmap(alignment, rowTokens, colTokens, rowText, colText, name) {
+    const matrix = Array.isArray(alignment.weights) ? alignment.weights : [];
+    const rowCps = Array.from(rowText || "");
+    const colCps = Array.from(colText || "");
+    const keptRows = (rowTokens || []).filter((t) => !t.truncated);
+    const keptCols = (colTokens || []).filter((t) => !t.truncated);
+    const rowLabel = (i) => (keptRows[i] ? spanText(rowCps, keptRows[i]) : `#${i + 1}`);
+    const colLabel = (j) => (keptCols[j] ? spanText(colCps, keptCols[j]) : `#${j + 1}`);
+    const nCols = matrix.length ? matrix[0].length : 0;
+    let max = 1e-12;
+    for (const row of matrix) for (const w of row) if (w > max) max = w;
+
+    const figure = el("figure", { class: "heatmap", "data-rows": matrix.length, "data-columns": nCols });
+    const readout = el("p", { class: "readout", "aria-hidden": "true", text: "Point at or focus a cell to read its weight." });
+    figure.append(el("figcaption", {},
+      `Rows: ${alignment.rows} tokens; columns: ${alignment.columns} tokens. Each row is one ${alignment.rows} token's attention over the ${alignment.columns} and sums to 1. `,
+      `Colour scaled to the largest weight here (${fmt(max)}). In the grid, the arrow keys move between cells; Home/End go to a row's ends.`));
+
+    const table = el("table", { class: "hm", role: "grid", "aria-label": `Attention heat map, ${name}` });
+    const head = el("tr", {}, el("td", { class: "corner" }, el("span", { text: `${alignment.rows} ↓ · ${alignment.columns} →` })));
+    for (let j = 0; j < nCols; j++) {
+      head.append(el("th", { scope: "col", class: "hm-col" }, el("span", { text: colLabel(j) })));
+    }
+    const body = el("tbody");
+    matrix.forEach((row, i) => {
+      const tr = el("tr", {}, el("th", { scope: "row", class: "hm-row", text: rowLabel(i) }));
+      row.forEach((w, j) => {
+        const label = `${rowLabel(i)} → ${colLabel(j)}: ${w.toFixed(2)}`;
+        const td = el("td", {
+          class: "hm-cell", tabindex: i === 0 && j === 0 ? "0" : "-1",
+          "aria-label": label, title: label, "data-row": i, "data-col": j,
+        }, el("span", { class: "hm-value", text: w.toFixed(2) }));
+        shade(td, w / max);
+        tr.append(td);
+      });
+      body.append(tr);
+    });
+    table.append(el("thead", {}, head), body);
+
+    const showRead = (target) => {
+      const cell = target.closest && target.closest("td.hm-cell");
+      if (cell) readout.textContent = cell.getAttribute("aria-label");
+    };
+    table.addEventListener("focusin", (e) => showRead(e.target));
+    table.addEventListener("mouseover", (e) => showRead(e.target));
+    table.addEventListener("keydown", (e) => gridKeys(e, table, matrix.length, nCols));
+
+    const toggle = el("input", { type: "checkbox", class: "values-toggle" });
+    const scroll = el("div", { class: "hm-scroll", role: "region", "aria-label": `Heat map, ${name} (scrolls sideways)`, tabindex: "-1" }, table);
+    toggle.addEventListener("change", () => scroll.classList.toggle("show-values", toggle.checked));
+    figure.append(el("label", { class: "values-label" }, toggle, " show the numbers in the cells"), scroll, readout);
+    return figure;
+  }
+
+  function gridKeys(event, table, rows, cols) {
+    const cell = event.target.closest && event.target.closest("td.hm-cell");
+    if (!cell) return;
+    let i = Number(cell.dataset.row);
+    let j = Number(cell.dataset.col);
+    switch (event.key) {
+      case "ArrowUp": i = Math.max(0, i - 1); break;
+      case "ArrowDown": i = Math.min(rows - 1, i + 1); break;
+      case "ArrowLeft": j = Math.max(0, j - 1); break;
+      case "ArrowRight": j = Math.min(cols - 1, j + 1); break;
+      case "Home": j = 0; if (event.ctrlKey) i = 0; break;
+      case "End": j = cols - 1; if (event.ctrlKey) i = rows - 1; break;
+      default: return;
+    }
+    event.preventDefault();
+    const next = table.querySelector(`td.hm-cell[data-row="${i}"][data-col="${j}"]`);
+    if (next && next !== cell) {
+      cell.tabIndex = -1;
+      next.tabIndex = 0;
+      next.focus();
+    }
+  }
+
+  // --- wiring ----------------------------------------------------------------------------
+
+  function fillExample() {
+    const example = EXAMPLES[currentTask()];
+    for (const [field, value] of Object.entries(example)) $(field).value = value;
+    const first = form.querySelector("[data-task]:not([hidden]) textarea");
+    if (first) first.focus();
+  }
+
+  form.addEventListener("submit", run);
+  form.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  for (const radio of form.querySelectorAll('input[name="task"]')) {
+    radio.addEventListener("change", () => showTask(currentTask()));
+  }
+  modelSelect.addEventListener("change", () => {
+    chosenModel[currentTask()] = modelSelect.value;
+    describeModel();
+  });
+  $("example").addEventListener("click", fillExample);
+
+  applyQuery();
+  showTask(currentTask());
+  loadModels();
+})();
