@@ -178,6 +178,14 @@ post entailment '{"premise":"A man is playing a guitar.","hypothesis":"A person 
 post entailment '{"premise":"A dog runs in a park.","hypothesis":"A cat sleeps indoors."}' 200
 post verify '{"claim":"Paris is the capital of France.","evidence":["Paris is the capital and largest city of France."]}' 200
 post classify '{}' 422
+post entailment '{"premise":"A man is playing a guitar.","hypothesis":"A person is making music.","explain":true}' 200
+grep -q '"alignment"' "$LOGS/answer.json" || fail "POST /entailment with explain: no alignment in $(head -c 300 "$LOGS/answer.json")"
+# the /ui page's files are in the installed package (package-data), served with their CSP
+curl -fsS -D "$LOGS/ui.headers" -o "$LOGS/ui.html" "$API/ui/" || fail "GET /ui/: no page"
+grep -q '<form' "$LOGS/ui.html" || fail "GET /ui/: not the explanation page: $(head -c 200 "$LOGS/ui.html")"
+grep -qi '^content-security-policy:' "$LOGS/ui.headers" || fail "GET /ui/: no Content-Security-Policy header"
+for file in ui.js ui.css; do curl -fsS -o /dev/null "$API/ui/$file" || fail "GET /ui/$file: missing from the image"; done
+say "explain answered; /ui served from the image"
 expected=$(for key in "${!sent[@]}"; do printf '%s\n%s\n' "$key" "${sent[$key]}"; done \
     | python3 -c 'import json, sys; l = sys.stdin.read().split(); print(json.dumps(dict(zip(l[::2], map(int, l[1::2])))))')
 say "answered each task; sent $expected"
