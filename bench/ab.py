@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +40,13 @@ def _arm(text: str) -> tuple[str, Path, str]:
     if not label or not root or bodies not in ("single", "explain"):
         raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain")
     return label, Path(root).resolve(), bodies
+
+
+def _commit(root: Path) -> str:
+    """The tree's HEAD commit, "+changes" when it has uncommitted changes to tracked files."""
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD"], capture_output=True)
+    return head.stdout.strip() + ("+changes" if dirty.returncode == 1 else "")
 
 
 @app.command()
@@ -80,7 +88,7 @@ def main(
     for label, root, bodies in arms:
         ok = [r["items_per_s"] for r in runs if r["arm"] == label and not r["failed"]]
         p99 = [r["latency_ms"]["p99"] for r in runs if r["arm"] == label and not r["failed"]]
-        summary[label] = {"tree": str(root), "bodies": bodies, "runs_ok": len(ok),
+        summary[label] = {"tree": str(root), "commit": _commit(root), "bodies": bodies, "runs_ok": len(ok),
                           "median_items_per_s": statistics.median(ok) if ok else None,
                           "min": min(ok, default=None), "max": max(ok, default=None),
                           "median_p99_ms": statistics.median(p99) if p99 else None}
