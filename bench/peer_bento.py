@@ -14,6 +14,7 @@ the straightforward implementation a BentoML user writes).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -38,7 +39,9 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-@bentoml.service(name="attserve-peer", workers=1, traffic={"timeout": 30})
+# Tuned per BentoML's configuration reference: one worker, the access log off (the service
+# configuration's `logging.access.enabled`; it logs a line per request by default).
+@bentoml.service(name="attserve-peer", workers=1, traffic={"timeout": 30}, logging={"access": {"enabled": False}})
 class Peer:
     def __init__(self) -> None:
         self.config = json.loads((BUNDLE / "config.json").read_text(encoding="utf-8"))
@@ -50,6 +53,12 @@ class Peer:
         self.encoder = TextEncoder.from_file(BUNDLE / "tokenizer.json")
         self.labels = self.config["labels"]
         self.max_lengths = self.config["max_lengths"]
+        # The service's start-up treatment (service/app.py): freeze what is alive after loading
+        # out of the garbage collector, so full collections walk only what requests allocate.
+        if self.config["task"] != "verification":  # one warm-up call
+            self._answer({name: np.ones((1, 4), dtype=np.int64) for name in self.config["inputs"]})
+        gc.collect()
+        gc.freeze()
 
     def _texts(self, texts: list[str], input_name: str) -> list[list[int]]:
         return self.encoder.encode(texts, self.max_lengths[input_name]).ids

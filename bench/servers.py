@@ -26,7 +26,14 @@ log = logging.getLogger("bench.servers")
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_VENV = REPO / ".venv-peer"
-PEER_PACKAGES = ("bentoml", "onnxruntime", "tokenizers", "numpy")
+# Pinned (bench.peers compares against these exact versions; bentoml 1.4.40 needs a certifi
+# newer than the package index here offers). onnxruntime, tokenizers and numpy match .venv.
+PEER_RUNTIME = ("onnxruntime==1.32.0", "tokenizers==0.23.3", "numpy==2.4.6")
+PEER_PACKAGES = ("bentoml==1.4.39", *PEER_RUNTIME)
+LITSERVE_VENV = REPO / ".venv-peer-litserve"
+LITSERVE_PACKAGES = ("litserve==0.2.19", *PEER_RUNTIME)
+RAY_VENV = REPO / ".venv-peer-ray"
+RAY_PACKAGES = ("ray[serve]==2.60.0", *PEER_RUNTIME)
 READY_TIMEOUT_S = 180
 
 
@@ -55,12 +62,15 @@ class UvicornOptions:
 
 @dataclass
 class ServerSpec:
-    kind: str  # service | floor | naive | peer
+    kind: str  # service | floor | naive | peer | litserve | ray | naive-ort
     port: int
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     ready_path: str = "/health/ready"
     code_root: Path = REPO  # the source tree the server runs from (bench.ab compares two trees)
+    # Processes that outlive the server's SIGTERM (LitServe's workers) or leave its process group
+    # (Ray's actors): stop() then also SIGKILLs whatever is left of the server's session.
+    kill_session: bool = False
 
 
 def uvicorn_spec(kind: str, factory: str, port: int, env: dict[str, str], stack: UvicornOptions) -> ServerSpec:
@@ -95,33 +105,97 @@ def naive_spec(port: int, checkpoint: Path, torch_threads: int) -> ServerSpec:
     return uvicorn_spec("naive", "bench.naive_app:create_app", port, env, UvicornOptions())
 
 
-def peer_spec(port: int, bundle: Path, threads: int, max_batch_size: int) -> ServerSpec:
+def peer_spec(port: int, bundle: Path, threads: int, max_batch_size: int,
+              max_latency_ms: int | None = None) -> ServerSpec:
     argv = [str(PEER_VENV / "bin" / "bentoml"), "serve", "bench.peer_bento:Peer", "--host", "127.0.0.1",
             "--port", str(port), "--working-dir", str(REPO)]
     env = {"BENCH_PEER_BUNDLE": str(bundle), "BENCH_PEER_THREADS": str(threads),
            "BENCH_PEER_MAX_BATCH": str(max_batch_size), "BENTOML_DO_NOT_TRACK": "true"}
+    if max_latency_ms is not None:
+        env["BENCH_PEER_MAX_LATENCY_MS"] = str(max_latency_ms)
     return ServerSpec("peer", port, argv, env, ready_path="/readyz")
 
 
-def ensure_peer_venv() -> tuple[bool, str]:
-    """Create `.venv-peer` with BentoML if missing. Returns (usable, what happened)."""
-    python = PEER_VENV / "bin" / "python"
-    check = [str(python), "-c", "import bentoml, onnxruntime, tokenizers; print(bentoml.__version__)"]
+def litserve_spec(port: int, bundle: Path, max_batch_size: int, batch_timeout_s: float,
+                  path: str = "/entailment") -> ServerSpec:
+    """The LitServe peer (bench/peer_litserve.py) in `.venv-peer-litserve`."""
+    argv = [str(LITSERVE_VENV / "bin" / "python"), "-m", "bench.peer_litserve", "--host", "127.0.0.1",
+            "--port", str(port), "--path", path]
+    env = {"BENCH_PEER_BUNDLE": str(bundle), "BENCH_PEER_THREADS": "1",
+           "BENCH_PEER_MAX_BATCH": str(max_batch_size), "BENCH_PEER_BATCH_TIMEOUT_S": str(batch_timeout_s),
+           "LITSERVE_DISABLE_TELEMETRY": "1"}
+    # LitServe's inference workers outlive a SIGTERM to the server by ~40 s, spinning on their
+    # queue: end the whole session, or they eat the next runs' core.
+    return ServerSpec("litserve", port, argv, env, ready_path="/health", kill_session=True)
+
+
+def ray_spec(port: int, bundle: Path, max_batch_size: int, batch_wait_s: float) -> ServerSpec:
+    """The Ray Serve peer (bench/peer_ray.py) in `.venv-peer-ray`: one replica, 1 CPU."""
+    argv = [str(RAY_VENV / "bin" / "python"), "-m", "bench.peer_ray", "--host", "127.0.0.1", "--port", str(port)]
+    env = {"BENCH_PEER_BUNDLE": str(bundle), "BENCH_PEER_THREADS": "1",
+           "BENCH_PEER_MAX_BATCH": str(max_batch_size), "BENCH_PEER_BATCH_WAIT_S": str(batch_wait_s),
+           "RAY_USAGE_STATS_ENABLED": "0",
+           # Ray's documented high-throughput mode (docs.ray.io "Enable High Throughput on Ray
+           # Serve"); its HAProxy half needs an haproxy binary this machine lacks.
+           "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+    return ServerSpec("ray", port, argv, env, ready_path="/health/ready", kill_session=True)
+
+
+def naive_ort_spec(port: int, bundle: Path) -> ServerSpec:
+    """FastAPI + onnxruntime, one session.run per request (bench/naive_ort_app.py), main venv."""
+    env = {"BENCH_PEER_BUNDLE": str(bundle), "BENCH_PEER_THREADS": "1"}
+    return uvicorn_spec("naive-ort", "bench.naive_ort_app:create_app", port, env, UvicornOptions())
+
+
+def ensure_venv(venv: Path, packages: tuple[str, ...], module: str) -> tuple[bool, str]:
+    """Create `venv` with the pinned `packages` if `module` does not import there. Returns
+    (usable, what happened: the module's version and the venv)."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", f"import {module}, onnxruntime, tokenizers; print({module}.__version__)"]
     if python.exists():
         out = subprocess.run(check, capture_output=True, text=True)
         if out.returncode == 0:
-            return True, f"bentoml {out.stdout.strip()} in {PEER_VENV}"
-    log.info("creating the peer virtualenv", extra={"path": str(PEER_VENV), "packages": list(PEER_PACKAGES)})
-    steps = [[sys.executable, "-m", "venv", str(PEER_VENV)],
-             [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES]]
+            return True, f"{module} {out.stdout.strip()} in {venv}"
+    log.info("creating a peer virtualenv", extra={"path": str(venv), "packages": list(packages)})
+    steps = [[sys.executable, "-m", "venv", str(venv)], [str(python), "-m", "pip", "install", "-q", *packages]]
     for step in steps:
         out = subprocess.run(step, capture_output=True, text=True)
         if out.returncode != 0:
             return False, f"{' '.join(step[:4])} failed: {out.stderr.strip()[-500:]}"
     out = subprocess.run(check, capture_output=True, text=True)
     if out.returncode != 0:
-        return False, f"bentoml does not import in {PEER_VENV}: {out.stderr.strip()[-500:]}"
-    return True, f"bentoml {out.stdout.strip()} installed into {PEER_VENV}"
+        return False, f"{module} does not import in {venv}: {out.stderr.strip()[-500:]}"
+    return True, f"{module} {out.stdout.strip()} installed into {venv}"
+
+
+def ensure_litserve_venv() -> tuple[bool, str]:
+    return ensure_venv(LITSERVE_VENV, LITSERVE_PACKAGES, "litserve")
+
+
+def ensure_ray_venv() -> tuple[bool, str]:
+    return ensure_venv(RAY_VENV, RAY_PACKAGES, "ray")
+
+
+def kill_session(sid: int) -> int:
+    """SIGKILL every process left in session `sid` (a server started with its own session);
+    returns how many. Only that session: the processes this bench started."""
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getsid(pid) == sid:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    return killed
+
+
+def ensure_peer_venv() -> tuple[bool, str]:
+    """Create `.venv-peer` with BentoML if missing. Returns (usable, what happened)."""
+    return ensure_venv(PEER_VENV, PEER_PACKAGES, "bentoml")
 
 
 class Server:
@@ -173,6 +247,8 @@ class Server:
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
+            if self.process is not None and self.spec.kill_session:
+                kill_session(self.process.pid)
             return
         os.killpg(self.process.pid, signal.SIGTERM)
         try:
@@ -180,6 +256,8 @@ class Server:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=5)
+        if self.spec.kill_session:
+            kill_session(self.process.pid)
 
     def get(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:

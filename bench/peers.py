@@ -1,0 +1,319 @@
+"""Peers at their best, repeated and interleaved: the service against BentoML, LitServe, Ray
+Serve and an unbatched FastAPI + onnxruntime server, all serving the same ONNX bundle.
+
+Every arm serves `model_repository/<model>` with onnxruntime on one intra-op thread and the
+project's numpy-only tokenizer, pinned to core 0 (`taskset`), wrk pinned to core 1, closed
+loop at `--concurrency` single-input clients (bench.loadgen.closed_loop). Each peer runs in its
+own virtualenv with pinned versions (bench.servers *_PACKAGES) and its own batching:
+
+1. sweep: per peer, each batching setting of its `Arm.sweep` (ARMS) for one `--sweep-duration` run after a
+   `--sweep-warmup`; the best by items/s (2xx answers only) is kept. A run with any error is
+   `failed` and never picked.
+2. rounds: `--rounds` rounds of service, bento, litserve, ray, naive-ort (in that order), a
+   fresh server per run, `--warmup` then `--duration` seconds; per run items/s, wrk's latency
+   percentiles (closed loop, as measured: the time each connection waited for its answer),
+   errors and the 1-minute load average.
+3. summary per arm: median items/s of the runs that did not fail, min, max, median p50/p99, the
+   ratio of the service's median to the arm's, and its spread (service min / arm max, service
+   max / arm min).
+
+    python -m bench.peers                      # writes bench/results/peers/peers.{json,md}
+    python -m bench.peers --rounds 5 --arm service --arm litserve
+
+The service arm is bench.servers.service_spec with the service's default batching settings
+(as bench.ab runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Callable
+
+import typer
+
+from bench import loadgen, servers
+from bench.workloads import ENDPOINT_OF_TASK, test_examples, write_bodies
+from service.settings import Settings
+
+app = typer.Typer(add_completion=False)
+
+ARM_ORDER = ("service", "bento", "litserve", "ray", "naive-ort")
+BASE = "service"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    framework: str
+    bodies: str  # body file of bench.workloads: single | peer
+    spec: Callable[[int, Path, dict], servers.ServerSpec]  # (port, bundle, setting) -> spec
+    sweep: tuple[dict, ...]  # batching settings tried; one entry: nothing to sweep
+    ensure: Callable[[], tuple[bool, str]] | None  # make/check its virtualenv
+    packages: tuple[str, ...]
+
+
+def _service_spec(port: int, bundle: Path, setting: dict) -> servers.ServerSpec:
+    return servers.service_spec(port, bundle.parent, bundle.name,
+                                max_batch_size=setting["max_batch_size"],
+                                max_batch_delay_ms=setting["max_batch_delay_ms"], intra_op_threads=1)
+
+
+SERVICE_DEFAULT = {"max_batch_size": Settings.model_fields["max_batch_size"].default,
+                   "max_batch_delay_ms": Settings.model_fields["max_batch_delay_ms"].default}
+
+ARMS = {
+    "service": Arm("service", "attserve (uvicorn + FastAPI, own batcher)", "single", _service_spec,
+                   (SERVICE_DEFAULT,), None, ()),
+    "bento": Arm("bento", "BentoML (adaptive batching)", "peer",
+                 lambda port, bundle, s: servers.peer_spec(port, bundle, 1, s["max_batch_size"], s["max_latency_ms"]),
+                 tuple({"max_batch_size": b, "max_latency_ms": m} for b in (8, 32, 64) for m in (100, 10000)),
+                 servers.ensure_peer_venv, servers.PEER_PACKAGES),
+    "litserve": Arm("litserve", "LitServe (max_batch_size / batch_timeout)", "single",
+                    lambda port, bundle, s: servers.litserve_spec(port, bundle, s["max_batch_size"], s["batch_timeout_s"]),
+                    tuple({"max_batch_size": b, "batch_timeout_s": t} for b in (4, 8, 16, 32) for t in (0.0005, 0.001, 0.005)),
+                    servers.ensure_litserve_venv, servers.LITSERVE_PACKAGES),
+    "ray": Arm("ray", "Ray Serve (@serve.batch, 1 replica, 1 CPU, RAY_SERVE_THROUGHPUT_OPTIMIZED=1)", "single",
+               lambda port, bundle, s: servers.ray_spec(port, bundle, s["max_batch_size"], s["batch_wait_timeout_s"]),
+               tuple({"max_batch_size": b, "batch_wait_timeout_s": t} for b in (8, 32, 64) for t in (0.001, 0.005, 0.02)),
+               servers.ensure_ray_venv, servers.RAY_PACKAGES),
+    "naive-ort": Arm("naive-ort", "FastAPI + onnxruntime, unbatched (one session.run per request)", "single",
+                     lambda port, bundle, s: servers.naive_ort_spec(port, bundle), ({},), None, ()),
+}
+
+
+# --- the summary logic (tests/test_bench_peers.py) -------------------------------------------
+
+
+def is_failed(run: dict) -> bool:
+    """A run counts only when the server started and wrk saw no error of any kind."""
+    return bool(run.get("error")) or run.get("errors", {}).get("total", 1) > 0
+
+
+def pick_best(runs: list[dict]) -> dict | None:
+    """The run with the most items/s among those that did not fail (None if all failed)."""
+    ok = [r for r in runs if not r["failed"]]
+    return max(ok, key=lambda r: r["items_per_s"]) if ok else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def summarize(runs: list[dict], arms: list[str], base: str = BASE) -> dict:
+    """Per arm: runs ok/failed, median/min/max items/s, median p50/p99 (ms) of the runs that did
+    not fail; with the base arm present, base median / arm median and the spread of that
+    ratio (base min / arm max .. base max / arm min)."""
+    summary: dict[str, dict] = {}
+    for name in arms:
+        mine = [r for r in runs if r["arm"] == name]
+        ok = [r for r in mine if not r["failed"]]
+        rate = [r["items_per_s"] for r in ok]
+        summary[name] = {
+            "runs_ok": len(ok), "runs_failed": len(mine) - len(ok),
+            "median_items_per_s": round(statistics.median(rate), 2) if rate else None,
+            "min": min(rate, default=None), "max": max(rate, default=None),
+            "median_p50_ms": round(statistics.median(r["latency_ms"]["p50"] for r in ok), 3) if ok else None,
+            "median_p99_ms": round(statistics.median(r["latency_ms"]["p99"] for r in ok), 3) if ok else None,
+        }
+    b = summary.get(base)
+    for name, s in summary.items():
+        if b is None:
+            s.update(ratio=None, ratio_low=None, ratio_high=None)
+            continue
+        s["ratio"] = _ratio(b["median_items_per_s"], s["median_items_per_s"])
+        s["ratio_low"] = _ratio(b["min"], s["max"])
+        s["ratio_high"] = _ratio(b["max"], s["min"])
+    return summary
+
+
+def _setting_text(setting: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "-"
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"# Peers at their best (`{report['command']}`)",
+        "",
+        f"{report['finished_at']}, {report['machine']}; model `{report['model']}`, {report['concurrency']} "
+        f"closed-loop single-input clients (wrk, core 1), each server pinned to core 0, onnxruntime 1 "
+        f"thread; {report['rounds']} interleaved rounds of {report['duration_s']} s after a "
+        f"{report['warmup_s']} s warm-up, a fresh server per run; {report['wall_s']:.0f} s in all. "
+        "Latencies are wrk's closed-loop figures as measured (each connection's wait for its answer, "
+        "at the arm's own throughput), not a fixed-rate latency. Only 2xx answers count; a run with any "
+        "error is failed and left out.",
+        "",
+        "| arm | best setting (sweep) | versions | runs ok | median items/s | min | max | median p50 ms "
+        "| median p99 ms | service / arm (median) | spread (min/max .. max/min) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, s in report["summary"].items():
+        arm = report["arms"][name]
+        spread = f"{s['ratio_low']} .. {s['ratio_high']}" if s["ratio_low"] is not None else "-"
+        lines.append(f"| {name} | {_setting_text(arm['setting'])} | {arm['versions']} | {s['runs_ok']}/"
+                     f"{s['runs_ok'] + s['runs_failed']} | {s['median_items_per_s']} | {s['min']} | {s['max']} | "
+                     f"{s['median_p50_ms']} | {s['median_p99_ms']} | {s['ratio']} | {spread} |")
+    lines += ["", "## Sweeps (one run per setting)", "",
+              "| arm | setting | items/s | p50 ms | p99 ms | errors | failed |", "|---|---|---:|---:|---:|---:|---|"]
+    for r in report["sweep_runs"]:
+        lat = r.get("latency_ms", {})
+        lines.append(f"| {r['arm']} | {_setting_text(r['setting'])} | {r.get('items_per_s')} | {lat.get('p50')} | "
+                     f"{lat.get('p99')} | {r.get('errors', {}).get('total', r.get('error'))} | {r['failed']} |")
+    lines += ["", "## Runs", "", "| round | arm | items/s | p50 ms | p99 ms | errors | load 1m | failed |",
+              "|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in report["runs"]:
+        lat = r.get("latency_ms", {})
+        lines.append(f"| {r['round'] + 1} | {r['arm']} | {r.get('items_per_s')} | {lat.get('p50')} | {lat.get('p99')} | "
+                     f"{r.get('errors', {}).get('total', r.get('error'))} | {r['load_1m']} | {r['failed']} |")
+    if report["dropped"]:
+        lines += ["", "Dropped arms: " + "; ".join(f"{k}: {v}" for k, v in report["dropped"].items())]
+    return "\n".join(lines) + "\n"
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+def _measure(arm: Arm, setting: dict, bundle: Path, path: str, body_file: Path, concurrency: int,
+             warmup: int, duration: int, log_dir: Path) -> dict:
+    spec = arm.spec(servers.free_port(), bundle, setting)
+    started = time.monotonic()
+    try:
+        with servers.Server(spec, "0", log_dir) as server:
+            start_s = time.monotonic() - started
+            loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1")
+            run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1")
+        run["start_s"] = round(start_s, 1)
+    except (servers.ServerError, loadgen.LoadGeneratorError, subprocess.TimeoutExpired) as error:
+        run = {"error": str(error)[-1500:]}
+    run.update(arm=arm.name, setting=setting, load_1m=round(os.getloadavg()[0], 2))
+    run["failed"] = is_failed(run)
+    return run
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def _line(prefix: str, run: dict) -> str:
+    if "error" in run:
+        return f"{prefix} FAILED: {run['error'][:300]}"
+    return (f"{prefix} {run['items_per_s']:8.1f} items/s  p50 {run['latency_ms']['p50']:.1f} ms  "
+            f"p99 {run['latency_ms']['p99']:.1f} ms  errors {run['errors']['total']}  load {run['load_1m']}")
+
+
+@app.command()
+def main(
+    arm: Annotated[list[str] | None, typer.Option(help=f"arms to run, in order (default all: {', '.join(ARM_ORDER)})")] = None,
+    model: Annotated[str, typer.Option(help="bundle name in model_repository/")] = "snli-attconv-light",
+    dataset: Annotated[str, typer.Option(help="dataset whose test examples are sent")] = "snli",
+    concurrency: Annotated[int, typer.Option()] = 32,
+    rounds: Annotated[int, typer.Option(help="interleaved rounds over all arms")] = 3,
+    duration: Annotated[int, typer.Option(help="seconds per measured run")] = 10,
+    warmup: Annotated[int, typer.Option(help="seconds of warm-up load before each run")] = 2,
+    sweep_duration: Annotated[int, typer.Option(help="seconds per sweep run")] = 8,
+    sweep_warmup: Annotated[int, typer.Option()] = 2,
+    sweep: Annotated[bool, typer.Option(help="sweep each peer's batching settings first")] = True,
+    examples: Annotated[int, typer.Option()] = 2000,
+    out_dir: Annotated[Path, typer.Option()] = servers.REPO / "bench" / "results" / "peers",
+) -> None:
+    began = time.monotonic()
+    # SIGTERM unwinds like Ctrl-C, so every running server is stopped on the way out.
+    signal.signal(signal.SIGTERM, _interrupt)
+    names = arm or list(ARM_ORDER)
+    unknown = sorted(set(names) - set(ARMS))
+    if unknown:
+        raise typer.BadParameter(f"unknown arm(s) {unknown}; known: {list(ARMS)}")
+    bundle = (servers.REPO / "model_repository" / model).resolve()
+    task = json.loads((bundle / "config.json").read_text())["task"]
+    path = ENDPOINT_OF_TASK[task]
+    work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    write_bodies(test_examples(dataset, 5, examples), work / "bodies")
+    log_dir = work / "logs"
+
+    arms: dict[str, dict] = {}
+    dropped: dict[str, str] = {}
+    for name in names:
+        a = ARMS[name]
+        versions = "this tree (.venv)"
+        if a.ensure is not None:
+            usable, note = a.ensure()
+            typer.echo(f"{name}: {note}", err=True)
+            if not usable:
+                dropped[name] = note
+                continue
+            versions = ", ".join(a.packages)
+        arms[name] = {"framework": a.framework, "versions": versions, "setting": a.sweep[0], "bodies": a.bodies}
+
+    sweep_runs: list[dict] = []
+    if sweep:
+        for name in list(arms):
+            a = ARMS[name]
+            if len(a.sweep) < 2:
+                continue
+            tried = []
+            for setting in a.sweep:
+                run = _measure(a, setting, bundle, path, work / "bodies" / f"{a.bodies}.jsonl", concurrency,
+                               sweep_warmup, sweep_duration, log_dir)
+                typer.echo(_line(f"sweep {name:9s} {_setting_text(setting):40s}", run), err=True)
+                tried.append(run)
+            sweep_runs += tried
+            best = pick_best(tried)
+            if best is None:
+                dropped[name] = "every sweep setting failed: " + tried[-1].get("error", "errors under load")[:300]
+                del arms[name]
+                continue
+            arms[name]["setting"] = best["setting"]
+
+    runs: list[dict] = []
+    for round_ in range(rounds):
+        for name in arms:
+            a = ARMS[name]
+            run = _measure(a, arms[name]["setting"], bundle, path, work / "bodies" / f"{a.bodies}.jsonl",
+                           concurrency, warmup, duration, log_dir)
+            run["round"] = round_
+            runs.append(run)
+            typer.echo(_line(f"round {round_ + 1}/{rounds} {name:9s}", run), err=True)
+
+    summary = summarize(runs, list(arms))
+    argv = " ".join(f"--arm {n}" for n in (arm or []))
+    report = {
+        "command": f"python -m bench.peers --rounds {rounds} {argv}".strip(),
+        "model": model, "dataset": dataset, "task": task, "endpoint": path, "concurrency": concurrency,
+        "rounds": rounds, "duration_s": duration, "warmup_s": warmup, "sweep_duration_s": sweep_duration,
+        "machine": f"{_cpu_model()}, {os.cpu_count()} cores",
+        "wrk": loadgen.wrk_version(),
+        "latency_note": "wrk closed-loop latency percentiles as measured (ms)",
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": round(time.monotonic() - began, 1),
+        "arms": arms, "dropped": dropped, "summary": summary, "sweep_runs": sweep_runs, "runs": runs,
+    }
+    for name, s in summary.items():
+        typer.echo(f"{name:10s} median {s['median_items_per_s']} items/s (min {s['min']}, max {s['max']}, "
+                   f"{s['runs_ok']} ok) p99 {s['median_p99_ms']} ms; service/arm {s['ratio']} "
+                   f"({s['ratio_low']} .. {s['ratio_high']})", err=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "peers.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / "peers.md").write_text(markdown(report))
+    typer.echo(f"wrote {out_dir / 'peers.json'} and peers.md ({report['wall_s']:.0f} s)", err=True)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,65 @@
+"""bench.peers' summary logic on made-up runs (no servers, no load generator)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.peers import is_failed, markdown, pick_best, summarize
+
+
+def run(arm: str, items: float, p99: float = 10.0, errors: int = 0, **extra) -> dict:
+    r = {"arm": arm, "items_per_s": items, "latency_ms": {"p50": p99 / 2, "p99": p99},
+         "errors": {"total": errors}, "setting": extra.pop("setting", {}), "load_1m": 1.0, "round": 0, **extra}
+    r["failed"] = is_failed(r)
+    return r
+
+
+def test_is_failed_on_errors_and_start_failures():
+    assert not is_failed({"errors": {"total": 0}})
+    assert is_failed({"errors": {"total": 3}})
+    assert is_failed({"error": "peer exited 1 at start-up"})
+
+
+def test_failed_runs_are_left_out_of_medians_and_ratio_spread():
+    runs = [run("service", 100), run("service", 120), run("service", 110),
+            run("peer", 50, p99=40), run("peer", 40, p99=20), run("peer", 45, p99=30),
+            run("peer", 900, p99=1, errors=7)]  # fast but with errors: never counted
+    s = summarize(runs, ["service", "peer"])
+    assert s["peer"]["runs_ok"] == 3 and s["peer"]["runs_failed"] == 1
+    assert s["peer"]["median_items_per_s"] == 45
+    assert (s["peer"]["min"], s["peer"]["max"]) == (40, 50)
+    assert s["peer"]["median_p99_ms"] == 30
+    assert s["service"]["median_items_per_s"] == 110
+    assert s["peer"]["ratio"] == pytest.approx(110 / 45, abs=1e-3)
+    assert s["peer"]["ratio_low"] == pytest.approx(100 / 50, abs=1e-3)  # service min / peer max
+    assert s["peer"]["ratio_high"] == pytest.approx(120 / 40, abs=1e-3)  # service max / peer min
+    assert s["service"]["ratio"] == 1.0
+
+
+def test_an_arm_whose_runs_all_failed_has_no_median_or_ratio():
+    s = summarize([run("service", 100), run("peer", 10, errors=1)], ["service", "peer"])
+    assert s["peer"]["median_items_per_s"] is None and s["peer"]["ratio"] is None
+    assert s["peer"]["ratio_low"] is None and s["peer"]["ratio_high"] is None
+
+
+def test_without_the_service_arm_there_is_no_ratio():
+    s = summarize([run("peer", 10)], ["peer"])
+    assert s["peer"]["median_items_per_s"] == 10 and s["peer"]["ratio"] is None
+
+
+def test_best_setting_skips_failed_runs():
+    tried = [run("peer", 300, setting={"max_batch_size": 32}, errors=2),
+             run("peer", 200, setting={"max_batch_size": 8}),
+             run("peer", 250, setting={"max_batch_size": 16})]
+    assert pick_best(tried)["setting"] == {"max_batch_size": 16}
+    assert pick_best([run("peer", 300, errors=1), {"arm": "peer", "error": "no start", "failed": True}]) is None
+
+
+def test_markdown_lists_every_arm():
+    runs = [run("service", 100), run("peer", 50)]
+    report = {"command": "python -m bench.peers", "finished_at": "t", "machine": "m", "model": "x",
+              "concurrency": 32, "rounds": 1, "duration_s": 10, "warmup_s": 2, "wall_s": 1.0,
+              "arms": {"service": {"setting": {}, "versions": "v"}, "peer": {"setting": {"b": 8}, "versions": "p==1"}},
+              "summary": summarize(runs, ["service", "peer"]), "sweep_runs": [], "runs": runs, "dropped": {}}
+    text = markdown(report)
+    assert "| peer | b=8 | p==1 | 1/1 | 50" in text and "| service |" in text
