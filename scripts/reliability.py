@@ -486,6 +486,19 @@ def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64,
 
     items = metric_sum(after, "attserve_batch_size_sum") - metric_sum(before, "attserve_batch_size_sum")
     batches = metric_sum(after, "attserve_batch_size_count") - metric_sum(before, "attserve_batch_size_count")
+
+    def per_model(samples: dict, name: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for (n, labels), v in samples.items():
+            if n == name:
+                model = dict(labels).get("model", "")
+                out[model] = out.get(model, 0.0) + v
+        return out
+
+    model_items = {m: v - per_model(before, "attserve_batch_size_sum").get(m, 0.0)
+                   for m, v in per_model(after, "attserve_batch_size_sum").items()}
+    model_batches = {m: v - per_model(before, "attserve_batch_size_count").get(m, 0.0)
+                     for m, v in per_model(after, "attserve_batch_size_count").items()}
     result = {
         "scenario": "R1 isolation",
         "models": [m.name for m in models],
@@ -508,6 +521,7 @@ def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64,
         "distinct_solo_answers": len({json.dumps([round(v, 4) for v in a["scores"].values()])
                                       for a in solo.values() if isinstance(a, dict) and "scores" in a}),
         "mean_batch_size": round(items / batches, 3) if batches else 0.0,
+        "mean_batch_size_per_model": {m: round(model_items[m] / n, 3) for m, n in sorted(model_batches.items()) if n},
         "share_of_inputs_batched_with_others": round(1 - (alone(after) - alone(before)) / items, 3) if items else 0.0,
         "exit_seconds": round(exit_s, 3),
     }
@@ -992,9 +1006,10 @@ def _finish(result: dict, out: Path | None, name: str) -> None:
 
 @cli.command()
 def isolation(repository: Path = RepositoryOption, requests: int = 10_000, concurrency: int = 64, seed: int = 0,
-              out: Path | None = None) -> None:
+              max_batch_delay_ms: float = 50.0, out: Path | None = None) -> None:
     """R1: mixed requests at concurrency; every answer equals its solo answer."""
-    _finish(run_isolation(repository, requests, concurrency, seed, progress=True), out, "isolation")
+    _finish(run_isolation(repository, requests, concurrency, seed, max_batch_delay_ms=max_batch_delay_ms,
+                          progress=True), out, "isolation")
 
 
 @cli.command()
