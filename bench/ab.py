@@ -11,7 +11,10 @@ is marked failed and left out of the median. The 1-minute load average is record
         --arm before=/work/wt/before:single --arm after=.:single --arm explain=.:explain
 
 An arm's tree serves its own `model_repository/`; `single` and `explain` are the body files of
-bench.workloads (one input per request, `explain` adds `"explain": true`).
+bench.workloads (one input per request, `explain` adds `"explain": true`); a third part
+`minus-model` serves the same app with a constant answer in place of onnxruntime
+(bench/service_floor_app.py), the service's own floor; `http-floor` the bare web stack
+(bench/floor_app.py).
 """
 
 from __future__ import annotations
@@ -34,12 +37,19 @@ from service.settings import Settings
 app = typer.Typer(add_completion=False)
 
 
-def _arm(text: str) -> tuple[str, Path, str]:
+APPS = {"service": servers.service_spec, "minus-model": servers.service_minus_model_spec,
+        # bench/floor_app.py: uvicorn + FastAPI answering a constant, no model, no checks
+        "http-floor": lambda port, repository, model, **settings: servers.floor_spec(port)}
+
+
+def _arm(text: str) -> tuple[str, Path, str, str]:
     label, _, rest = text.partition("=")
-    root, _, bodies = rest.partition(":")
-    if not label or not root or bodies not in ("single", "explain"):
-        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain")
-    return label, Path(root).resolve(), bodies
+    root, _, rest = rest.partition(":")
+    bodies, _, app_name = rest.partition(":")
+    app_name = app_name or "service"
+    if not label or not root or bodies not in ("single", "explain") or app_name not in APPS:
+        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain[:service|minus-model|http-floor]")
+    return label, Path(root).resolve(), bodies, app_name
 
 
 def _commit(root: Path) -> str:
@@ -51,7 +61,8 @@ def _commit(root: Path) -> str:
 
 @app.command()
 def main(
-    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain, in order; the first is the base")],
+    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain[:service|minus-model|http-floor], in order; "
+                                          "the first is the base")],
     model: Annotated[str, typer.Option(help="bundle name in each tree's model_repository/")] = "snli-attconv-light",
     dataset: Annotated[str, typer.Option(help="dataset whose test examples are sent")] = "snli",
     task: Annotated[str, typer.Option()] = "entailment",
@@ -68,8 +79,8 @@ def main(
     path = ENDPOINT_OF_TASK[task]
     runs: list[dict] = []
     for round_ in range(repeats):
-        for label, root, bodies in arms:
-            spec = servers.service_spec(servers.free_port(), root / "model_repository", model,
+        for label, root, bodies, app_name in arms:
+            spec = APPS[app_name](servers.free_port(), root / "model_repository", model,
                                         max_batch_size=Settings.model_fields["max_batch_size"].default,
                                         max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
                                         intra_op_threads=1)
@@ -85,10 +96,11 @@ def main(
                        f"p50 {run['latency_ms']['p50']:.1f} ms  p99 {run['latency_ms']['p99']:.1f} ms  "
                        f"errors {run['errors']['total']}  load {run['load_1m']}", err=True)
     summary = {}
-    for label, root, bodies in arms:
+    for label, root, bodies, app_name in arms:
         ok = [r["items_per_s"] for r in runs if r["arm"] == label and not r["failed"]]
         p99 = [r["latency_ms"]["p99"] for r in runs if r["arm"] == label and not r["failed"]]
-        summary[label] = {"tree": str(root), "commit": _commit(root), "bodies": bodies, "runs_ok": len(ok),
+        summary[label] = {"tree": str(root), "commit": _commit(root), "bodies": bodies, "app": app_name,
+                          "runs_ok": len(ok),
                           "median_items_per_s": statistics.median(ok) if ok else None,
                           "min": min(ok, default=None), "max": max(ok, default=None),
                           "median_p99_ms": statistics.median(p99) if p99 else None}

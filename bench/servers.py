@@ -95,6 +95,13 @@ def service_spec(port: int, repository: Path, model: str, *, max_batch_size: int
     return uvicorn_spec("service", "service.app:create_app", port, env, stack or UvicornOptions())
 
 
+def service_minus_model_spec(port: int, repository: Path, model: str, **settings) -> ServerSpec:
+    """The service with a constant answer instead of onnxruntime (bench/service_floor_app.py)."""
+    spec = service_spec(port, repository, model, **settings)
+    return uvicorn_spec("service-minus-model", "bench.service_floor_app:create_app", port, spec.env,
+                        UvicornOptions())
+
+
 def floor_spec(port: int, json_library: str = "stdlib", stack: UvicornOptions | None = None) -> ServerSpec:
     return uvicorn_spec("floor", "bench.floor_app:create_app", port, {"BENCH_FLOOR_JSON": json_library},
                         stack or UvicornOptions())

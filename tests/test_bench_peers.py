@@ -63,3 +63,16 @@ def test_markdown_lists_every_arm():
               "summary": summarize(runs, ["service", "peer"]), "sweep_runs": [], "runs": runs, "dropped": {}}
     text = markdown(report)
     assert "| peer | b=8 | p==1 | 1/1 | 50" in text and "| service |" in text
+
+
+def test_ab_arms_name_a_tree_a_body_file_and_an_app():
+    import typer
+
+    from bench.ab import APPS, _arm
+
+    label, root, bodies, app = _arm("floor=.:single:minus-model")
+    assert (label, bodies, app) == ("floor", "single", "minus-model") and root.is_absolute()
+    assert _arm("after=.:explain")[3] == "service" and set(APPS) == {"service", "minus-model", "http-floor"}
+    for bad in ("x=.:batch", "x=.:single:torch", "=.:single", "x="):
+        with pytest.raises(typer.BadParameter):
+            _arm(bad)
