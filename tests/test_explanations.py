@@ -7,8 +7,9 @@
 - Through the service, on one small bundle of each family that explains (AttConv advanced
   entailment, AttConv-light context-wise and advanced context-conc verification, ABCNN-3,
   ACT) and one that cannot (BCNN): matrix sizes equal the kept tokens, rows sum to 1, the
-  same input gives the same explanation alone and among neighbours, offsets point into the
-  text, unknown and truncated tokens are marked, and `explain: false` answers carry nothing.
+  same input gives the same answer (scores and explanation) alone, inside an `inputs` batch
+  and among concurrent neighbours of other lengths, offsets point into the text, unknown and
+  truncated tokens are marked, and `explain: false` answers carry nothing.
 """
 
 from __future__ import annotations
@@ -231,10 +232,11 @@ def test_explanations_through_the_service(family_repository):
                 batch = await c.post(path, json={"model": name, "explain": True,
                                                  "inputs": [neighbours[0], body, neighbours[1]]})
                 assert batch.status_code == 200, batch.text
-                _close(batch.json()["results"][1]["explanation"], answer["explanation"], name)
+                # the whole answer (label, scores, evidence scores, explanation), not only the explanation
+                _close(batch.json()["results"][1], answer, name)
                 concurrent = await asyncio.gather(*(
                     c.post(path, json={**x, "model": name, "explain": True}) for x in [*neighbours, body]))
-                _close(concurrent[-1].json()["explanation"], answer["explanation"], name)
+                _close(concurrent[-1].json(), answer, name)
                 for x, r in zip([*neighbours, body], concurrent):
                     _check_shapes(name, x, r.json()["explanation"])
 
