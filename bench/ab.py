@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import Annotated
 import typer
 
 from bench import loadgen, servers
+from bench.peers import is_failed, summarize
 from bench.workloads import ENDPOINT_OF_TASK, test_examples, write_bodies
 from service.settings import Settings
 
@@ -89,25 +89,19 @@ def main(
             with servers.Server(spec, "0", work / "logs") as server:
                 loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1")
                 run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1")
-            run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2),
-                       failed=run["errors"]["total"] > 0)
+            run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2))
+            run["failed"] = is_failed(run)
             runs.append(run)
             typer.echo(f"round {round_ + 1}/{repeats} {label:10s} {run['items_per_s']:8.1f} items/s  "
                        f"p50 {run['latency_ms']['p50']:.1f} ms  p99 {run['latency_ms']['p99']:.1f} ms  "
                        f"errors {run['errors']['total']}  load {run['load_1m']}", err=True)
-    summary = {}
-    for label, root, bodies, app_name in arms:
-        ok = [r["items_per_s"] for r in runs if r["arm"] == label and not r["failed"]]
-        p99 = [r["latency_ms"]["p99"] for r in runs if r["arm"] == label and not r["failed"]]
-        summary[label] = {"tree": str(root), "commit": _commit(root), "bodies": bodies, "app": app_name,
-                          "runs_ok": len(ok),
-                          "median_items_per_s": statistics.median(ok) if ok else None,
-                          "min": min(ok, default=None), "max": max(ok, default=None),
-                          "median_p99_ms": statistics.median(p99) if p99 else None}
+    # the same per-arm figures as bench.peers (medians of the runs that did not fail, spread)
+    summary = summarize(runs, [label for label, *_ in arms], base=arms[0][0])
     base = summary[arms[0][0]]["median_items_per_s"]
-    for label in summary:
+    for label, root, bodies, app_name in arms:
         median = summary[label]["median_items_per_s"]
-        summary[label]["ratio_to_first"] = round(median / base, 4) if median and base else None
+        summary[label].update(tree=str(root), commit=_commit(root), bodies=bodies, app=app_name,
+                              ratio_to_first=round(median / base, 4) if median and base else None)
     report = {"command": "python -m bench.ab " + " ".join(f"--arm {a}" for a in arm),
               "model": model, "concurrency": concurrency, "duration_s": duration, "repeats": repeats,
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "summary": summary, "runs": runs}

@@ -29,7 +29,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from models import TextClassifier
+from models import TASKS, TextClassifier
+from models.abcnn import attention_matrix
+from models.layers import zero_padding
 from service.bundle import ExplanationOutput
 
 log = logging.getLogger(__name__)
@@ -112,9 +114,8 @@ def _tensor_name(graph, network: TextClassifier) -> str:
     return _masked_softmax_output(graph, "models.act.ACTGlobalAttention")
 
 
-def expected_shape(spec: ExplanationOutput, ids: Sequence[np.ndarray]) -> tuple[int, ...]:
-    """The explanation output's shape for graph inputs `ids` (in the task's input order)."""
-    by_name = dict(zip(_input_names(spec), ids))
+def expected_shape(spec: ExplanationOutput, by_name: dict[str, np.ndarray]) -> tuple[int, ...]:
+    """The explanation output's shape for the graph inputs `by_name`."""
     if spec.kind == "token_weights":
         return tuple(by_name["input_ids"].shape)
     rows, columns = by_name[spec.rows], by_name[spec.columns]
@@ -123,14 +124,6 @@ def expected_shape(spec: ExplanationOutput, ids: Sequence[np.ndarray]) -> tuple[
     if spec.layout == "evidence_concatenated":  # (B, Lc, K*Le)
         return (rows.shape[0], rows.shape[1], columns.shape[1] * columns.shape[2])
     return (rows.shape[0], rows.shape[1], columns.shape[1])
-
-
-def _input_names(spec: ExplanationOutput) -> tuple[str, ...]:
-    if spec.rows in ("claim_ids",):
-        return ("claim_ids", "evidence_ids")
-    if spec.rows == "input_ids":
-        return ("input_ids",)
-    return ("premise_ids", "hypothesis_ids")
 
 
 def expose_explanation(path: str | Path, network: TextClassifier) -> ExplanationOutput | None:
@@ -161,31 +154,26 @@ def expose_explanation(path: str | Path, network: TextClassifier) -> Explanation
 
 
 def _check_shape(path: str | Path, spec: ExplanationOutput, task: str) -> None:
-    """Inputs whose every axis differs: a wrong tensor (the other direction's attention, a
-    convolution column axis) has another shape."""
+    """On the export's tracing inputs, whose length and count axes all differ, a wrong tensor
+    (the other direction's attention, a convolution column axis) has another shape."""
     import onnxruntime as ort
 
-    from models import TASKS
+    from export.onnx_graph import example_ids
 
-    rng = np.random.default_rng(0)
-    shapes = {2: [(3, 7), (3, 5)], 3: [(3, 2, 6)]}
-    ids, two_d = [], iter(shapes[2])
-    for rank in TASKS[task].input_ranks:
-        shape = next(two_d) if rank == 2 else shapes[3][0]
-        ids.append(rng.integers(1, 20, size=shape, dtype=np.int64))
+    # ids below 20: valid for any vocabulary, including the small stand-in networks' vocabularies
+    feeds = {name: t.numpy() for name, t in zip(TASKS[task].inputs, example_ids(task, vocab_size=20))}
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (out,) = session.run([spec.output], dict(zip(TASKS[task].inputs, ids)))
-    if out.shape != expected_shape(spec, ids):
+    (out,) = session.run([spec.output], feeds)
+    expected = expected_shape(spec, feeds)
+    if out.shape != expected:
         raise ValueError(f"{path}: the exposed explanation has shape {out.shape}, expected "
-                         f"{expected_shape(spec, ids)} ({spec.kind}, {spec.layout}); the graph changed shape")
+                         f"{expected} ({spec.kind}, {spec.layout}); the graph changed shape")
 
 
 # --- the same tensor from PyTorch --------------------------------------------------------------
 
 def torch_explanation(network: TextClassifier, ids: Sequence[np.ndarray]) -> np.ndarray | None:
     """The tensor `expose_explanation` exposes, computed by the PyTorch network on `ids`."""
-    from models.abcnn import attention_matrix
-
     if explanation_spec(network) is None:
         return None
     family = type(network).__name__
@@ -196,7 +184,6 @@ def torch_explanation(network: TextClassifier, ids: Sequence[np.ndarray]) -> np.
 
         def hook(module, args, output):
             x0, mask0, x1, mask1 = args[:4]
-            from models.layers import zero_padding
             captured.append(attention_matrix(zero_padding(x0, mask0), mask0, zero_padding(x1, mask1), mask1,
                                              module.match_eps))
     else:

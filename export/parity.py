@@ -85,9 +85,13 @@ def run_torch(network: TextClassifier, ids: Sequence[np.ndarray]) -> list[np.nda
     return [o.float().numpy() for o in outputs]
 
 
+def onnx_feed(task: str, ids: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph's inputs by name: int64, contiguous, in the task's input order."""
+    return {name: np.ascontiguousarray(x, dtype=np.int64) for name, x in zip(TASKS[task].inputs, ids, strict=True)}
+
+
 def run_onnx(session: ort.InferenceSession, task: str, ids: Sequence[np.ndarray]) -> list[np.ndarray]:
-    feed = {name: np.ascontiguousarray(x, dtype=np.int64) for name, x in zip(TASKS[task].inputs, ids, strict=True)}
-    return [np.asarray(o) for o in session.run(list(TASKS[task].outputs), feed)]
+    return [np.asarray(o) for o in session.run(list(TASKS[task].outputs), onnx_feed(task, ids))]
 
 
 def example_batches(
@@ -213,8 +217,7 @@ def check_parity(
 def _explanation_diff(network: TextClassifier, session: ort.InferenceSession, task: str,
                       ids: Sequence[np.ndarray], explanation: ExplanationOutput) -> float:
     expected = torch_explanation(network, ids)
-    feed = {name: np.ascontiguousarray(x, dtype=np.int64) for name, x in zip(TASKS[task].inputs, ids, strict=True)}
-    (actual,) = session.run([explanation.output], feed)
+    (actual,) = session.run([explanation.output], onnx_feed(task, ids))
     if expected.shape != actual.shape:
         raise ParityError(f"explanation shape {actual.shape} from onnxruntime, {expected.shape} from torch")
     diff = np.abs(expected.astype(np.float64) - actual.astype(np.float64))

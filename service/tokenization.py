@@ -110,7 +110,7 @@ class TextEncoder:
         whether it is outside the vocabulary, and whether it lies beyond `max_length`."""
         encoding = self.tokenizer.encode(text, add_special_tokens=False)
         ids = self._hash_unknown(text, encoding)
-        unknown = {self.unk_id, *range(self.oov_base, self.oov_base + self.oov_buckets)}
+        unknown = set(self.unknown_ids())
         normalizer = self.tokenizer.normalizer
         out = []
         for j, (token, (start, end), token_id) in enumerate(zip(encoding.tokens, encoding.offsets, ids)):
