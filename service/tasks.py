@@ -66,45 +66,39 @@ class Encoded:
     tokens: dict | None = None  # asked for an explanation: each text's tokens (TextEncoder.describe)
 
 
-def token_ids(runtime: ModelRuntime, inputs: Sequence[Any]) -> list[tuple[tuple, bool]]:
-    """Token ids per graph input of each input (evidence: a list of id lists) and whether it
-    lost tokens; one `encode_batch` per field over all the inputs."""
+def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
+              explain: Sequence[bool] | None = None) -> list[tuple[tuple, bool, dict | None]]:
+    """Token ids per graph input of each input (evidence: a list of id lists), whether it
+    lost tokens, and (`explain[i]`) its texts' tokens by field, from the same tokenization;
+    one `encode_batch` per field over all the inputs."""
     config = runtime.config
     fields = TASK_FIELDS[config.task]
     per_field: list[list] = []
     truncated = [False] * len(inputs)
+    wanted = list(explain) if explain is not None else [False] * len(inputs)
+    tokens: list[dict | None] = [{} if w else None for w in wanted]
     for field, input_name in zip(fields, config.inputs):
         max_length = config.max_lengths[input_name]
         if field == "evidence":
             flat = [text for x in inputs for text in x.evidence]
-            encoded = runtime.encoder.encode(flat, max_length)
+            encoded = runtime.encoder.encode(flat, max_length, [w for x, w in zip(inputs, wanted) for _ in x.evidence])
             groups, at = [], 0
             for i, x in enumerate(inputs):
                 n = len(x.evidence)
                 groups.append(encoded.ids[at : at + n])
                 truncated[i] |= any(encoded.truncated[at : at + n])
+                if tokens[i] is not None:
+                    tokens[i][field] = encoded.tokens[at : at + n]
                 at += n
             per_field.append(groups)
         else:
-            encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length)
+            encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length, wanted)
             per_field.append(encoded.ids)
             for i, t in enumerate(encoded.truncated):
                 truncated[i] |= t
-    return [(tuple(column[i] for column in per_field), truncated[i]) for i in range(len(inputs))]
-
-
-def describe_tokens(runtime: ModelRuntime, x: Any) -> dict:
-    """Each text of input `x` as the model sees its tokens, by field (evidence: one list per
-    sentence), for an explanation."""
-    config = runtime.config
-    out: dict[str, Any] = {}
-    for field, input_name in zip(TASK_FIELDS[config.task], config.inputs):
-        max_length = config.max_lengths[input_name]
-        if field == "evidence":
-            out[field] = [runtime.encoder.describe(text, max_length) for text in x.evidence]
-        else:
-            out[field] = runtime.encoder.describe(getattr(x, field), max_length)
-    return out
+                if tokens[i] is not None:
+                    tokens[i][field] = encoded.tokens[i]
+    return [(tuple(column[i] for column in per_field), truncated[i], tokens[i]) for i in range(len(inputs))]
 
 
 def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool] | None = None) -> list[Encoded]:
@@ -112,11 +106,10 @@ def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool]
     thread for everything that queued since its last batch); `explain[i]` adds input i's tokens."""
     out = []
     task = runtime.config.task
-    for i, (row, truncated) in enumerate(token_ids(runtime, inputs)):
+    for row, truncated, tokens in token_ids(runtime, inputs, explain):
         texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
         if any(len(t) == 0 for t in texts):
             out.append(Encoded(None, truncated, "a text has no tokens after normalisation"))
         else:
-            tokens = describe_tokens(runtime, inputs[i]) if explain is not None and explain[i] else None
             out.append(Encoded(runtime.make_item(row), truncated, tokens=tokens))
     return out

@@ -43,10 +43,12 @@ SHORT_TEXT_CHARS = 2048
 @dataclass(frozen=True)
 class Encoded:
     """A list of token-id lists, each cut to the max length; `truncated[i]` says whether
-    text i lost tokens."""
+    text i lost tokens; `tokens[i]`, when text i was asked to be described, its tokens as the
+    model sees them (`TextEncoder.encode(..., describe=...)`)."""
 
     ids: list[list[int]]
     truncated: list[bool]
+    tokens: list[list[dict] | None] | None = None
 
     @property
     def lengths(self) -> list[int]:
@@ -79,8 +81,9 @@ class TextEncoder:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, texts: Sequence[str], max_length: int) -> Encoded:
-        """Token ids of each text, truncated to `max_length`."""
+    def encode(self, texts: Sequence[str], max_length: int, describe: Sequence[bool] | None = None) -> Encoded:
+        """Token ids of each text, truncated to `max_length`; with `describe`, also the tokens
+        of the texts it flags, from the same tokenization (`describe_tokens`)."""
         if not texts:
             return Encoded([], [])
         if len(texts) == 1 and len(texts[0]) <= SHORT_TEXT_CHARS:
@@ -89,7 +92,11 @@ class TextEncoder:
             encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         ids = [self._hash_unknown(text, e) for text, e in zip(texts, encodings)]
         truncated = [len(x) > max_length for x in ids]
-        return Encoded([x[:max_length] for x in ids], truncated)
+        tokens = None
+        if describe is not None and any(describe):
+            tokens = [self.describe_tokens(text, e, row, max_length) if wanted else None
+                      for text, e, row, wanted in zip(texts, encodings, ids, describe, strict=True)]
+        return Encoded([x[:max_length] for x in ids], truncated, tokens)
 
     def _hash_unknown(self, text: str, encoding) -> list[int]:
         ids = encoding.ids
@@ -104,12 +111,11 @@ class TextEncoder:
     def tokens(self, text: str) -> list[str]:
         return self.tokenizer.encode(text, add_special_tokens=False).tokens
 
-    def describe(self, text: str, max_length: int) -> list[dict]:
-        """Every token of `text` as the model sees it (for explanations): its vocabulary form
-        (an unknown word: its normalized text), the character span [start, end) in `text`,
-        whether it is outside the vocabulary, and whether it lies beyond `max_length`."""
-        encoding = self.tokenizer.encode(text, add_special_tokens=False)
-        ids = self._hash_unknown(text, encoding)
+    def describe_tokens(self, text: str, encoding, ids: list[int], max_length: int) -> list[dict]:
+        """Every token of `text` (its `encoding` and hashed `ids`, uncut) as the model sees it,
+        for explanations: its vocabulary form (an unknown word: its normalized text), the
+        character span [start, end) in `text`, whether it is outside the vocabulary, and
+        whether it lies beyond `max_length`."""
         unknown = set(self.unknown_ids())
         normalizer = self.tokenizer.normalizer
         out = []

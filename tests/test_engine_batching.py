@@ -83,9 +83,9 @@ def test_tokenizing_runs_in_the_inference_thread_batched_across_requests(service
     calls: list[tuple[str, int]] = []
     original = TextEncoder.encode
 
-    def recording(self, texts, max_length):
+    def recording(self, texts, max_length, describe=None):
         calls.append((threading.current_thread().name, len(texts)))
-        return original(self, texts, max_length)
+        return original(self, texts, max_length, describe)
 
     monkeypatch.setattr(TextEncoder, "encode", recording)
     settings = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_delay_ms=0)
