@@ -46,18 +46,22 @@ def embedding_shapes(model: onnx.ModelProto, vocab_size: int) -> list[tuple[int,
 
 
 def random_batches(config: dict, vocab_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Seeded id batches of mixed lengths, zero-padded (pad id 0), for 2-D inputs only."""
+    """Seeded id batches of mixed lengths, zero-padded (pad id 0). The evidence input of a
+    verification bundle is (B, K, L): 1 to `max_evidence` real slots per row, the rest all pad."""
     rng = np.random.default_rng(seed)
     batches = []
     for size in BATCH_SIZES:
         feed = {}
         for name in config["inputs"]:
             max_len = config["max_lengths"][name]
-            lengths = rng.integers(1, max_len + 1, size=size)
-            ids = np.zeros((size, int(lengths.max())), dtype=np.int64)
-            for row, length in enumerate(lengths):
-                ids[row, :length] = rng.integers(2, vocab_size, size=length)
-            feed[name] = ids
+            slots = config.get("max_evidence") if name == "evidence_ids" else None
+            counts = rng.integers(1, slots + 1, size=size) if slots else np.ones(size, dtype=np.int64)
+            lengths = rng.integers(1, max_len + 1, size=(size, int(counts.max())))
+            ids = np.zeros((size, int(counts.max()), int(lengths.max())), dtype=np.int64)
+            for row in range(size):
+                for slot in range(counts[row]):
+                    ids[row, slot, : lengths[row, slot]] = rng.integers(2, vocab_size, size=lengths[row, slot])
+            feed[name] = ids if slots else ids[:, 0]
         batches.append(feed)
     return batches
 
@@ -65,8 +69,6 @@ def random_batches(config: dict, vocab_size: int, seed: int = 0) -> list[dict[st
 def convert(bundle: Path) -> dict:
     config_path = bundle / "config.json"
     config = json.loads(config_path.read_text())
-    if config.get("max_evidence") is not None:
-        raise SystemExit(f"{bundle}: evidence inputs are 3-D; re-export it from its checkpoint instead")
     vocab_size = Tokenizer.from_file(str(bundle / "tokenizer.json")).get_vocab_size()
     model_path = bundle / "model.onnx"
     shapes = embedding_shapes(onnx.load(str(model_path)), vocab_size)

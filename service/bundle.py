@@ -55,6 +55,24 @@ class Float16Rounding(BaseModel):
     batch_sizes: list[int] = Field(default_factory=list)
 
 
+class VocabularyExtension(BaseModel):
+    """Pretrained words appended after export (scripts/bundle_extend_vocab.py). "frozen": the
+    rows are the vectors training kept frozen, so the network is the one the export checked,
+    with more words. "tuned": the vectors join fine-tuned rows that stayed close to them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    applied_after_export: bool
+    vectors: str
+    pretrained_words_before: int
+    pretrained_words_after: int
+    vocab_size_after: int
+    rows: Literal["frozen", "tuned"]
+    tuned_rows_mean_cosine: float | None = None
+    logits_identical_on_old_vocabulary: bool
+    examples: int
+
+
 class ExplanationOutput(BaseModel):
     """An attention tensor of the network exposed as an extra graph output
     (export.explanations): which one, its layout, and how the service turns it into an answer."""
@@ -80,6 +98,7 @@ class Parity(BaseModel):
     examples: int
     batch_sizes: list[int] = Field(default_factory=list)
     embeddings_float16: Float16Rounding | None = None
+    vocabulary_extended: VocabularyExtension | None = None
     # the explanation output against the same tensor in PyTorch (export.explanations)
     explanation_max_abs_diff: float | None = None
 

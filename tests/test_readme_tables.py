@@ -79,12 +79,16 @@ def test_bundled_models_table_matches_the_configs(readme):
             assert train == config["card"]["training_data"]["train_examples"], (where, cells["data"])
             assert test == in_domain["examples"], (where, cells["data"])
         parity = config["parity"]
-        printed = cells["parity"].replace("\\*", "").strip()
+        printed = cells["parity"].replace("\\*", "").replace("†", "").replace("‡", "").strip()
         assert printed == short_e(parity["max_abs_diff"]), \
             f"{where}: parity {printed}, config.json parity.max_abs_diff is {parity['max_abs_diff']:.3g}"
         assert parity["argmax_mismatches"] == 0  # "no argmax differed"
         # the asterisk marks exactly the bundles whose embeddings were stored as float16 after export
         assert ("\\*" in cells["parity"]) == ("embeddings_float16" in parity), (where, cells["parity"])
+        # the dagger (frozen rows) and double dagger (tuned rows) mark the bundles given more words after export
+        extended = (parity.get("vocabulary_extended") or {}).get("rows")
+        assert ("†" in cells["parity"]) == (extended == "frozen"), (where, cells["parity"])
+        assert ("‡" in cells["parity"]) == (extended == "tuned"), (where, cells["parity"])
 
 
 def test_float16_footnote_matches_the_configs(readme):

@@ -130,6 +130,12 @@ def test_every_shipped_bundle_loads_with_a_card(served):
     assert defaults == {"entailment": "snli-attconv-advanced", "verification": "snli-verification-attconv", "classification": "bbc-act"}
 
 
+def test_the_model_repository_stays_within_its_size_budget():
+    """40 MB in all: every device call and every clone carries it (the bundle pipeline's budget)."""
+    total = sum(p.stat().st_size for p in REPOSITORY.rglob("*") if p.is_file())
+    assert total <= 40_000_000, f"model_repository/ is {total / 1e6:.1f} MB"
+
+
 def test_readme_answers_are_what_the_shipped_models_answer(served):
     examples, got, _, _ = served
     assert len(examples) >= 4, "the README's API section lost its examples"

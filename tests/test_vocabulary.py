@@ -229,3 +229,107 @@ def test_the_tuned_channel_trains_seen_rows_and_repeats_static_vectors_for_unsee
     assert torch.equal(embedded[1], torch.cat([static[vocab[words[0]]], tuned[vocab[words[0]]]]))
     with pytest.raises(ValueError, match="tuned_channel needs"):
         Recipe.model_validate({**recipe.model_dump(), "tokenizer": {"pretrained_vocab": 10}})
+
+
+def test_a_bundle_gains_pretrained_words_after_export_with_the_network_unchanged(tmp_path, monkeypatch):
+    """scripts/bundle_extend_vocab.py: the next pretrained words join a shipped bundle; old ids,
+    and logits on them, stay bit-identical, and a new word's logits are those of the PyTorch
+    network whose static table holds that word's vector (the rows it would have had in training)."""
+    import training.embeddings
+    from export.bundle import write_bundle
+    from scripts.bundle_extend_vocab import extend
+    from tests.test_trainer import make_splits
+    from training.checkpoint import load_checkpoint
+    from training.recipes import Recipe
+    from training.trainer import train
+    import onnxruntime as ort
+
+    splits = make_splits("entailment")
+    train_words = sorted({w for e in splits.train for t in (e.premise, e.hypothesis) for w in t.split()})
+    words = train_words[:5] + ["zebra", "quokka", "okapi", "ibex"]  # the last four never occur in the data
+    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, **_: (words, vectors))
+    recipe = Recipe.model_validate({
+        "name": "tiny-extend", "data": {"dataset": "snli"},
+        "model": {"architecture": "attconv-light", "embedding_dim": 8, "hidden_dim": 8, "head_hidden": 8, "dropout": 0.0},
+        "tokenizer": {"pretrained_vocab": 2, "oov_buckets": 4},
+        "embeddings": {"glove": True, "tuned_channel": True},
+        "limits": {"max_lengths": {"premise_ids": 16, "hypothesis_ids": 16}},
+        "train": {"epochs": 1, "batch_size": 16, "lr": 0.05, "patience": None},
+    })
+    train(recipe, tmp_path / "checkpoint", progress=False, threads=1, splits=splits)
+    bundle = write_bundle(tmp_path / "checkpoint", tmp_path / "bundle")
+    old_vocab = TextEncoder.from_file(bundle / "tokenizer.json").tokenizer.get_vocab()
+    assert "zebra" in old_vocab and "okapi" not in old_vocab
+    old_session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    old_ids = np.array([[old_vocab["zebra"], old_vocab[train_words[0]], 1]], dtype=np.int64)
+    old_logits = old_session.run(None, {"premise_ids": old_ids, "hypothesis_ids": old_ids[:, :2]})[0]
+
+    record = extend(bundle, 4, words, vectors, "tiny")
+    assert record["pretrained_words_after"] == 4 and record["vocab_size_after"] == len(old_vocab) + 2
+    encoder = TextEncoder.from_file(bundle / "tokenizer.json")
+    vocab = encoder.tokenizer.get_vocab()
+    assert {w: vocab[w] for w in old_vocab} == old_vocab
+    assert vocab["okapi"] == len(old_vocab) and vocab["ibex"] == len(old_vocab) + 1  # not a bucket
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["parity"]["vocabulary_extended"]["pretrained_words_before"] == 2
+    from service.bundle import load_bundle, sha256_file
+    assert load_bundle(bundle).config.model_sha256 == sha256_file(bundle / "model.onnx")
+
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert np.array_equal(session.run(None, {"premise_ids": old_ids, "hypothesis_ids": old_ids[:, :2]})[0], old_logits)
+    ids = np.array([[vocab["okapi"], vocab[train_words[1]], vocab["ibex"]]], dtype=np.int64)
+    network, _ = load_checkpoint(tmp_path / "checkpoint")
+    network.embeddings = torch.nn.Embedding.from_pretrained(
+        torch.cat([network.embeddings.weight.detach(), torch.from_numpy(vectors[-2:])]), freeze=True)
+    with torch.no_grad():
+        premise, hypothesis = torch.from_numpy(ids), torch.from_numpy(ids[:, :2])
+        expected = network(premise, premise != PAD_ID, hypothesis, hypothesis != PAD_ID).numpy()
+    got = session.run(None, {"premise_ids": ids, "hypothesis_ids": ids[:, :2]})[0]
+    assert np.abs(got - expected).max() < 1e-5
+
+    # refused, and nothing written, when the premise does not hold
+    before = (bundle / "model.onnx").read_bytes()
+    with pytest.raises(SystemExit, match="not the"):
+        extend(bundle, 5, words, vectors * 2, "tiny")  # rows differ from these vectors
+    with pytest.raises(SystemExit, match="not the first"):
+        extend(bundle, 5, words[::-1], vectors[::-1], "tiny")  # another order
+    assert (bundle / "model.onnx").read_bytes() == before
+
+
+def test_a_tuned_table_gains_words_only_when_its_rows_stayed_near_the_vectors(tmp_path):
+    """--tuned-rows: a bundle with one fine-tuned table and no buckets. Refused without the flag,
+    and refused when its rows moved away from the vectors; else old ids keep their logits."""
+    import onnxruntime as ort
+
+    from export.bundle import write_bundle
+    from scripts.bundle_extend_vocab import extend, static_tables
+    from scripts.bundle_fp16_embeddings import random_batches
+    from tests.test_export import train_checkpoint
+
+    bundle = write_bundle(train_checkpoint("entailment", tmp_path / "c"), tmp_path / "bundle")
+    vocab = TextEncoder.from_file(bundle / "tokenizer.json").tokenizer.get_vocab()
+    table = onnx.numpy_helper.to_array(static_tables(onnx.load(str(bundle / "model.onnx")), len(vocab))[0])
+    known = sorted(w for w in vocab if w not in ("[PAD]", "[UNK]"))
+    extra = ["zebra", "quokka", "okapi"]
+    words = known + extra
+    near = np.concatenate([table[[vocab[w] for w in known]], np.ones((3, table.shape[1]), np.float32)])
+    far = np.random.default_rng(0).normal(size=near.shape).astype(np.float32)
+    config = json.loads((bundle / "config.json").read_text())
+    feeds = random_batches(config, len(vocab))
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    before = [session.run(None, feed)[0] for feed in feeds]
+
+    with pytest.raises(SystemExit, match="no \\[OOV\\] buckets"):
+        extend(bundle, 2, words, near, "tiny")
+    with pytest.raises(SystemExit, match="moved away"):
+        extend(bundle, 2, words, far, "tiny", tuned_rows=True)
+    record = extend(bundle, 2, words, near, "tiny", tuned_rows=True)
+    assert record["rows"] == "tuned" and record["tuned_rows_mean_cosine"] > 0.999
+    assert record["pretrained_words_before"] == 0 and record["vocab_size_after"] == len(vocab) + 2
+    new_vocab = TextEncoder.from_file(bundle / "tokenizer.json").tokenizer.get_vocab()
+    assert [new_vocab.get(w) for w in extra] == [len(vocab), len(vocab) + 1, None]
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert all(np.array_equal(session.run(None, feed)[0], old) for feed, old in zip(feeds, before))
+    table = onnx.numpy_helper.to_array(static_tables(onnx.load(str(bundle / "model.onnx")), len(new_vocab))[0])
+    assert np.array_equal(table[len(vocab):], np.ones((2, table.shape[1]), np.float32))

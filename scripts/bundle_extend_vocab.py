@@ -1,0 +1,205 @@
+"""Give an existing bundle more pretrained words, in place, without retraining it.
+
+A bundle whose tokenizer has a vocabulary over pretrained vectors (`[tokenizer] pretrained_vocab`,
+`oov_buckets`) keeps the pretrained-only words (the ids after the [OOVn] buckets) frozen in
+training: their rows in the static table are the GloVe vectors, and the tuned channel repeats
+them. So appending the next GloVe words, in GloVe's order, with their vectors, gives the network
+exactly what it would have had for those words had they been in the vocabulary when it was
+trained. The script checks that premise before it writes anything:
+
+- the bundle's pretrained-only words are the first N producible GloVe words outside the
+  training words, in order (same vector set, same rule as `training.tokenizer.build_tokenizer`);
+- their rows in the static table equal the GloVe vectors stored in the table's dtype, bit for bit;
+- after the rewrite, logits on ids of the old vocabulary are bit-identical to before, and every
+  old word still gets its old id.
+
+Then it records what it did beside the export's parity in config.json, with the new checksums
+and version. `attserve card` refreshes the card's figures afterwards.
+
+`--tuned-rows` is for a bundle trained on its own words only (one fine-tuned table, every other
+word [UNK]): there the new words' untuned vectors sit beside tuned rows, which is a new model,
+not an exact extension. The script measures how far tuning moved the rows from the vectors
+(mean cosine; refused below MIN_TUNED_COSINE) and the card decides whether it ships.
+
+    python scripts/bundle_extend_vocab.py model_repository/snli-attconv-advanced --pretrained-vocab 100000
+    python scripts/bundle_extend_vocab.py model_repository/snli-verification-attconv --pretrained-vocab 20000 --tuned-rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+from tokenizers import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.bundle_fp16_embeddings import random_batches  # noqa: E402
+from service.bundle import sha256_file  # noqa: E402
+from service.tokenization import TextEncoder  # noqa: E402
+from training.embeddings import DEFAULT_VECTORS, load_glove  # noqa: E402
+from training.tokenizer import producible  # noqa: E402
+
+
+MIN_TUNED_COSINE = 0.9
+
+
+def static_tables(model: onnx.ModelProto, vocab_size: int) -> list[onnx.TensorProto]:
+    """Tables with one row per vocabulary entry that only Gather reads (a tuned channel has
+    fewer rows: only the ids training could update)."""
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    return [init for init in model.graph.initializer
+            if len(init.dims) == 2 and init.dims[0] == vocab_size and readers.get(init.name) == {"Gather"}]
+
+
+def pretrained_order(tokenizer: Tokenizer, words: list[str], trained: set[str]) -> list[str]:
+    """GloVe words in GloVe's order that this tokenizer can produce and training did not see:
+    the order `build_tokenizer` appends pretrained-only words in."""
+    seen: set[str] = set()
+    order = []
+    for word in words:
+        if word in seen or word in trained:
+            continue
+        seen.add(word)
+        if producible(tokenizer, word):
+            order.append(word)
+    return order
+
+
+def mean_cosine(rows: np.ndarray, vectors: np.ndarray) -> float:
+    rows, vectors = rows.astype(np.float64), vectors.astype(np.float64)
+    norms = np.linalg.norm(rows, axis=1) * np.linalg.norm(vectors, axis=1)
+    return float(np.mean(np.sum(rows * vectors, axis=1) / np.maximum(norms, 1e-12)))
+
+
+def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.ndarray, vectors: str,
+           tuned_rows: bool = False) -> dict:
+    """Append pretrained words up to `pretrained_vocab` pretrained-only words in all, from the
+    vector set `vectors` (its `words` and (N, D) `matrix`, as `load_glove` returns them).
+
+    `tuned_rows`: for a bundle with one fine-tuned table and no buckets (trained on its own
+    words only, every other word [UNK]). The new words get the untuned vectors beside tuned ones,
+    so this is a change of model, not an exact extension: it is refused unless the tuned rows
+    stayed close to the vectors (mean cosine >= MIN_TUNED_COSINE), and it is worth shipping only
+    when `attserve card` says so (see the README)."""
+    config_path = bundle / "config.json"
+    config = json.loads(config_path.read_text())
+    tokenizer_path, model_path = bundle / "tokenizer.json", bundle / "model.onnx"
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    encoder = TextEncoder(tokenizer)
+    vocab = tokenizer.get_vocab()
+    by_id = sorted(vocab, key=vocab.__getitem__)
+    if encoder.oov_buckets:
+        if tuned_rows:
+            raise SystemExit(f"{bundle}: the tokenizer has [OOV] buckets, so its pretrained-only rows are frozen; drop --tuned-rows")
+        trainable = encoder.oov_base + encoder.oov_buckets
+    elif tuned_rows:
+        trainable = len(vocab)
+    else:
+        raise SystemExit(f"{bundle}: the tokenizer has no [OOV] buckets, so no frozen pretrained-only rows to extend (--tuned-rows?)")
+    trained = set(by_id[:trainable])
+    current = by_id[trainable:]
+    if pretrained_vocab <= len(current):
+        raise SystemExit(f"{bundle}: already {len(current)} pretrained-only words")
+
+    order = pretrained_order(tokenizer, words, trained)
+    if order[: len(current)] != current:
+        raise SystemExit(f"{bundle}: its pretrained-only words are not the first {len(current)} of {vectors}")
+    added = order[len(current): pretrained_vocab]
+    row_of = {}
+    for index, word in enumerate(words):
+        row_of.setdefault(word, index)
+
+    model = onnx.load(str(model_path))
+    tables = static_tables(model, len(vocab))
+    if len(tables) != 1:
+        raise SystemExit(f"{bundle}: expected one static embedding table, found {len(tables)}")
+    table = tables[0]
+    old_rows = numpy_helper.to_array(table)  # (V, D)
+    if old_rows.shape[1] != matrix.shape[1]:
+        raise SystemExit(f"{bundle}: table width {old_rows.shape[1]} is not {vectors}'s {matrix.shape[1]}")
+    if tuned_rows:
+        shared = [w for w in by_id if w in row_of]
+        cosine = mean_cosine(old_rows[[vocab[w] for w in shared]], matrix[[row_of[w] for w in shared]])
+        if cosine < MIN_TUNED_COSINE:
+            raise SystemExit(f"{bundle}: its tuned rows moved away from {vectors} (mean cosine {cosine:.3f}); not extended")
+    else:
+        cosine = None
+        expected = matrix[[row_of[w] for w in current]].astype(old_rows.dtype)
+        if not np.array_equal(old_rows[trainable:], expected):
+            raise SystemExit(f"{bundle}: its pretrained-only rows are not the {vectors} vectors (tuned?); not extended")
+    new_rows = np.concatenate([old_rows, matrix[[row_of[w] for w in added]].astype(old_rows.dtype)])
+    table.CopyFrom(numpy_helper.from_array(new_rows, table.name))
+
+    raw_tokenizer = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+    for offset, word in enumerate(added):
+        raw_tokenizer["model"]["vocab"][word] = len(vocab) + offset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        new_model, new_tokenizer = Path(tmp) / "model.onnx", Path(tmp) / "tokenizer.json"
+        onnx.save(model, str(new_model))
+        extended = Tokenizer.from_str(json.dumps(raw_tokenizer))
+        extended.save(str(new_tokenizer), pretty=False)  # 0.7 MB less than pretty-printed, within the 40 MB budget
+        if any(extended.token_to_id(w) != i for w, i in vocab.items()) or extended.get_vocab_size() != len(vocab) + len(added):
+            raise SystemExit(f"{bundle}: the extended tokenizer moved an old word's id")
+        before = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        after = ort.InferenceSession(str(new_model), providers=["CPUExecutionProvider"])
+        examples = 0
+        for feed in random_batches(config, len(vocab)):
+            names = [config["outputs"][0]]
+            if not np.array_equal(before.run(names, feed)[0], after.run(names, feed)[0]):
+                raise SystemExit(f"{bundle}: logits on the old vocabulary changed; not extended")
+            examples += next(iter(feed.values())).shape[0]
+        for feed in random_batches(config, len(vocab) + len(added), seed=1):  # ids over the whole new vocabulary
+            if not np.isfinite(after.run(None, feed)[0]).all():
+                raise SystemExit(f"{bundle}: the new ids give non-finite logits")
+        old_sha = config["model_sha256"]
+        shutil.copyfile(new_model, model_path)
+        shutil.copyfile(new_tokenizer, tokenizer_path)
+
+    config["model_sha256"] = sha256_file(model_path)
+    config["tokenizer_sha256"] = sha256_file(tokenizer_path)
+    if config["version"] == old_sha[:12]:
+        config["version"] = config["model_sha256"][:12]
+    record = {
+        "applied_after_export": True,
+        "vectors": vectors,
+        "pretrained_words_before": len(current),
+        "pretrained_words_after": len(current) + len(added),
+        "vocab_size_after": len(vocab) + len(added),
+        "rows": "tuned" if tuned_rows else "frozen",
+        "tuned_rows_mean_cosine": cosine,
+        "logits_identical_on_old_vocabulary": True,
+        "examples": examples,
+    }
+    config["parity"]["vocabulary_extended"] = record
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return {"bundle": str(bundle), **record, "model_bytes": model_path.stat().st_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundles", nargs="+", type=Path)
+    parser.add_argument("--pretrained-vocab", type=int, required=True, help="pretrained-only words wanted in all")
+    parser.add_argument("--vectors", default=DEFAULT_VECTORS)
+    parser.add_argument("--data-dir", default=None, help="dataset/GloVe cache (default: attserve data's)")
+    parser.add_argument("--tuned-rows", action="store_true", help="a bundle with one fine-tuned table and no buckets (see extend)")
+    args = parser.parse_args()
+    words, matrix = load_glove(args.data_dir, vectors=args.vectors)
+    for bundle in args.bundles:
+        print(json.dumps(extend(bundle, args.pretrained_vocab, words, matrix, args.vectors, args.tuned_rows)))
+
+
+if __name__ == "__main__":
+    main()
