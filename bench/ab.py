@@ -10,8 +10,8 @@ is marked failed and left out of the median. The 1-minute load average is record
     python -m bench.ab --model snli-attconv-light --dataset snli \\
         --arm before=/work/wt/before:single --arm after=.:single --arm explain=.:explain
 
-An arm's tree serves its own `model_repository/`; `single` and `explain` are the body files of
-bench.workloads (one input per request, `explain` adds `"explain": true`); a third part
+An arm's tree serves its own `model_repository/`; `single`, `explain` and `batch` are the body files of
+bench.workloads (one input per request, `explain` adds `"explain": true`, `batch` 32 inputs); a third part
 `minus-model` serves the same app with a constant answer in place of onnxruntime
 (bench/service_floor_app.py), the service's own floor; `http-floor` the bare web stack
 (bench/floor_app.py).
@@ -31,7 +31,7 @@ import typer
 
 from bench import loadgen, servers
 from bench.peers import is_failed, summarize
-from bench.workloads import ENDPOINT_OF_TASK, test_examples, write_bodies
+from bench.workloads import BATCH_INPUTS, ENDPOINT_OF_TASK, test_examples, write_bodies
 from service.settings import Settings
 
 app = typer.Typer(add_completion=False)
@@ -47,8 +47,8 @@ def _arm(text: str) -> tuple[str, Path, str, str]:
     root, _, rest = rest.partition(":")
     bodies, _, app_name = rest.partition(":")
     app_name = app_name or "service"
-    if not label or not root or bodies not in ("single", "explain") or app_name not in APPS:
-        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain[:service|minus-model|http-floor]")
+    if not label or not root or bodies not in ("single", "explain", "batch") or app_name not in APPS:
+        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch[:service|minus-model|http-floor]")
     return label, Path(root).resolve(), bodies, app_name
 
 
@@ -61,7 +61,7 @@ def _commit(root: Path) -> str:
 
 @app.command()
 def main(
-    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain[:service|minus-model|http-floor], in order; "
+    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain|batch[:service|minus-model|http-floor], in order; "
                                           "the first is the base")],
     model: Annotated[str, typer.Option(help="bundle name in each tree's model_repository/")] = "snli-attconv-light",
     dataset: Annotated[str, typer.Option(help="dataset whose test examples are sent")] = "snli",
@@ -87,8 +87,9 @@ def main(
             spec.code_root = root
             body_file = work / "bodies" / f"{bodies}.jsonl"
             with servers.Server(spec, "0", work / "logs") as server:
-                loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1")
-                run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1")
+                per_request = BATCH_INPUTS if bodies == "batch" else 1
+                loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1", per_request)
+                run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1", per_request)
             run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2))
             run["failed"] = is_failed(run)
             runs.append(run)

@@ -59,12 +59,13 @@ class Workload:
 
 
 def request_input(example) -> dict:
-    """An example as one input of our API (label dropped)."""
+    """An example as one input of our API: its task's text fields only (no label, no
+    training-only fields such as a claim's gold_evidence index)."""
+    from service.tasks import TASK_FIELDS
+
     fields = dataclasses.asdict(example)
-    fields.pop("label")
-    if "evidence" in fields:
-        fields["evidence"] = list(fields["evidence"])
-    return fields
+    task = next(task for task, names in TASK_FIELDS.items() if set(names) <= set(fields))
+    return {name: list(fields[name]) if name == "evidence" else fields[name] for name in TASK_FIELDS[task]}
 
 
 @functools.cache

@@ -213,7 +213,8 @@ class Service:
             try:
                 entry.runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads)
                 seconds = await asyncio.to_thread(
-                    entry.runtime.warmup, self.settings.max_batch_size, self.settings.max_batch_tokens
+                    entry.runtime.warmup, self.settings.max_batch_size, self.settings.max_batch_tokens,
+                    self.settings.call_overhead_tokens,
                 )
             except (BundleError, DeviceUnavailable) as exc:
                 self._fail(entry, str(exc))
@@ -232,6 +233,7 @@ class Service:
             log.info("model ready", extra={
                 "model": entry.name, "task": c.task, "architecture": c.architecture, "version": c.version,
                 "provider": entry.runtime.provider, "intra_op_threads": threads, "warmup_s": round(seconds, 3),
+                "call_overhead_tokens": round(entry.runtime.call_overhead_tokens, 1),
             })
         self.loaded = True
         failed = sorted(n for n, e in self.models.items() if e.status == "failed")

@@ -5,7 +5,10 @@ in ONE queue in arrival order (TEI style). A batch takes items from the front wh
 within `max_batch_size` items and `max_batch_tokens` padded tokens, a batch being padded to the
 largest bucket shape among its items (so shapes stay the few warmed-up buckets; padding does
 not change an answer). Per-shape queues fragmented batches (a 32-item /verify request ran as
-~15 engine calls); for CNNs this small an extra engine call costs more than some padding.
+~15 engine calls). The runtime then runs the batch in as few graph calls as pays
+(service.runtime.plan_calls: one call unless padding short items to a long one costs more than
+another call; 32-item SNLI batches: 1.8x padding in one call, 2-3 calls and 1.2x padding when
+planned, 1.4-2.3x the items/s).
 A batch closes when it is full or `max_batch_delay_ms` after its oldest item arrived. Before compute, items whose caller went away or whose deadline passed are dropped.
 
 Requests submit raw inputs; tokenizing is the batcher's: everything submitted since its last
@@ -102,6 +105,7 @@ class Batcher:
         self._inference_duration = metrics.inference_duration.labels(model=self.name)
         self._batch_size = metrics.batch_size.labels(model=self.name)
         self._batch_tokens = metrics.batch_tokens.labels(model=self.name)
+        self._graph_calls = metrics.graph_calls.labels(model=self.name)
 
     # --- caller side ----------------------------------------------------------------------
 
@@ -283,7 +287,7 @@ class Batcher:
         try:
             # the explanation output is fetched only when an item of this batch asked for it
             explain_rows = [row for row, w in enumerate(live) if w.tokens is not None]
-            outputs = await loop.run_in_executor(self._executor, self.runtime.infer, items, explain_rows)
+            outputs, calls = await loop.run_in_executor(self._executor, self.runtime.infer_batch, items, explain_rows)
         except Exception as exc:
             log.exception("inference failed", extra={"model": self.name, "batch_size": len(items)})
             for waiting in live:
@@ -293,7 +297,9 @@ class Batcher:
         inference_s = time.perf_counter() - t0
         self._inference_duration.observe(inference_s)
         self._batch_size.observe(len(items))
-        self._batch_tokens.observe(len(items) * self.runtime.shape_tokens(batch_shape(items)))
+        self._batch_tokens.observe(sum(len(call) * self.runtime.shape_tokens(batch_shape([items[k] for k in call]))
+                                       for call in calls))
+        self._graph_calls.inc(len(calls))
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():
                 waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id, waiting.truncated,

@@ -40,8 +40,12 @@ class Metrics:
             "attserve_batch_size", "Items per batch.", ["model"], buckets=_SIZE_BUCKETS, registry=r,
         )
         self.batch_tokens = Histogram(
-            "attserve_batch_tokens", "Padded tokens per batch (items x bucket shape).",
+            "attserve_batch_tokens", "Padded tokens per batch (over its graph calls: items x the call's bucket shape).",
             ["model"], buckets=_TOKEN_BUCKETS, registry=r,
+        )
+        self.graph_calls = Counter(
+            "attserve_graph_calls", "onnxruntime runs; a batch of very different shapes runs as several.",
+            ["model"], registry=r,
         )
         self.queue_depth = Gauge(
             "attserve_queue_depth", "Items waiting in a model's queue.", ["model"], registry=r,

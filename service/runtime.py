@@ -1,13 +1,17 @@
 """One onnxruntime session per bundle: provider choice, length buckets, padding, warm-up, run.
 
-The runtime knows nothing of HTTP or queues. The batcher hands it a list of `Item`s that share
-one bucket shape; it pads them to that shape (so the shapes a server sees are the few it warmed
-up), runs the graph, and returns each item's own slice of the outputs.
+The runtime knows nothing of HTTP or queues. The batcher hands it a batch of `Item`s; it runs
+them in as few graph calls as pays (`plan_calls`: items of very different bucket shapes run
+apart, so short items are not padded to the longest), pads each call's items to their largest
+bucket shape (so the shapes a server sees are the few it warmed up), and returns each item's
+own slice of the outputs.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +80,35 @@ def batch_shape(items: Sequence["Item"]) -> tuple[int, ...]:
     for item in items[1:]:
         shape = padded_shape(shape, item.shape)
     return shape
+
+
+def plan_calls(shapes: Sequence[tuple[int, ...]], shape_tokens, call_overhead_tokens: float) -> list[list[int]]:
+    """Split a batch (the items' bucket shapes) into graph calls: groups of indices whose
+    padded cost, sum over calls of (call_overhead_tokens + n x padded tokens of the call's
+    shape), is least. The distinct shapes are sorted by cost and each call takes a contiguous
+    run of them (dynamic programming over at most a few dozen shapes), so one long item no
+    longer pads thirty short ones. 0: one call per shape; infinity: always one call."""
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for index, shape in enumerate(shapes):
+        by_shape.setdefault(shape, []).append(index)
+    if len(by_shape) == 1 or math.isinf(call_overhead_tokens):
+        return [list(range(len(shapes)))]
+    distinct = sorted(by_shape, key=lambda shape: (shape_tokens(shape), shape))  # ties: a fixed order
+    best = [0.0] + [math.inf] * len(distinct)  # best[j]: least cost of distinct[:j]
+    start = [0] * (len(distinct) + 1)  # start[j]: where the last call of that plan begins
+    for j in range(1, len(distinct) + 1):
+        shape, count = distinct[j - 1], 0
+        for i in range(j - 1, -1, -1):  # the last call takes distinct[i:j]
+            shape = padded_shape(shape, distinct[i])
+            count += len(by_shape[distinct[i]])
+            cost = best[i] + call_overhead_tokens + count * shape_tokens(shape)
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    calls, j = [], len(distinct)
+    while j > 0:
+        calls.append(sorted(k for shape in distinct[start[j]:j] for k in by_shape[shape]))
+        j = start[j]
+    return calls[::-1]
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -147,6 +180,9 @@ class ModelRuntime:
         self.evidence_buckets = (
             length_buckets(self.config.max_evidence, smallest=1) if self.config.task == "verification" else []
         )
+        # what one more graph call costs, in padded tokens of this model (plan_calls); set by
+        # warmup(), measured there unless configured; infinity until then (one call per batch)
+        self.call_overhead_tokens = math.inf
 
     @property
     def name(self) -> str:
@@ -245,8 +281,22 @@ class ModelRuntime:
             return binding.copy_outputs_to_cpu()
         return self.session.run(names, feeds)
 
+    def infer_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[list[ItemOutput], list[list[int]]]:
+        """Run a batch in the graph calls `plan_calls` picks: the outputs in item order, and the
+        calls made (lists of item indices)."""
+        calls = plan_calls([item.shape for item in items], self.shape_tokens, self.call_overhead_tokens)
+        if len(calls) == 1:
+            return self.infer(items, explain_rows), calls
+        outputs: list[ItemOutput | None] = [None] * len(items)
+        wanted = set(explain_rows)
+        for call in calls:
+            rows = [row for row, index in enumerate(call) if index in wanted]
+            for index, output in zip(call, self.infer([items[k] for k in call], rows), strict=True):
+                outputs[index] = output
+        return outputs, calls
+
     def infer(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> list[ItemOutput]:
-        """Run one batch (items of one bucket shape); each item gets back its own rows, and the
+        """Run one graph call (padded to the items' largest bucket shape); each item gets back its own rows, and the
         items at `explain_rows` their explanation. Softmax, argmax and the conversion to Python
         floats happen here, once per batch and in the inference thread, rather than per request
         on the event loop."""
@@ -318,9 +368,36 @@ class ModelRuntime:
                 shapes.append((size, item))
         return shapes
 
-    def warmup(self, max_batch_size: int, max_batch_tokens: int) -> float:
-        """Run every warm-up shape once; returns seconds taken."""
+    def warmup(self, max_batch_size: int, max_batch_tokens: int, call_overhead_tokens: float | None = None) -> float:
+        """Run every warm-up shape once, then set `call_overhead_tokens` (measured when None);
+        returns seconds taken."""
         start = time.perf_counter()
-        for size, item in self.warmup_shapes(max_batch_size, max_batch_tokens):
+        shapes = self.warmup_shapes(max_batch_size, max_batch_tokens)
+        for size, item in shapes:
             self.infer([item] * size)
+        self.call_overhead_tokens = (self.measure_call_overhead(shapes) if call_overhead_tokens is None
+                                     else float(call_overhead_tokens))
         return time.perf_counter() - start
+
+    def measure_call_overhead(self, shapes: list[tuple[int, Item]]) -> float:
+        """The cost of one graph call in padded tokens: a call of one smallest item (c0) against
+        the cost per padded token of the full warm-up batches ((t - c0) / tokens), the median
+        over those shapes; best-of timings on the warmed-up shapes. Measured on this machine
+        and provider, it tracks the split that is fastest in bench (bench/results/plan-calls)."""
+        def fastest(items: list[Item], repeats: int) -> float:
+            best = math.inf
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                self.infer(items)
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        size, smallest = min(shapes, key=lambda pair: (pair[1].tokens, pair[0]))
+        c0 = fastest([smallest], 5)
+        estimates = []
+        for size, item in shapes:
+            if size > 1:
+                per_token = (fastest([item] * size, 2) - c0) / (size * item.tokens)
+                if per_token > 0:
+                    estimates.append(c0 / per_token)
+        return float(statistics.median(estimates)) if estimates else math.inf

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(32, ge=1)
     max_batch_delay_ms: float = Field(0.0, ge=0)
     max_batch_tokens: int = Field(16384, ge=1)
+    # A batch whose items have very different bucket shapes runs as several graph calls, so
+    # short items are not padded to the longest (service.runtime.plan_calls). This is what one
+    # more call costs, in padded tokens; None: measured per model at warm-up (the "model ready"
+    # log gives it); 0: one call per shape; a huge value: one call per batch.
+    call_overhead_tokens: float | None = Field(None, ge=0)
     # Items (not requests) waiting per model before new requests get 429.
     max_queue: int = Field(1024, ge=1)
     request_timeout_ms: float = Field(30_000, gt=0)

@@ -5,7 +5,11 @@ when the token budget does not, and every answer equals its solo answer."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import random
+
+import pytest
 
 from bundles import CORPUS, metric_samples, running_app
 from service.settings import Settings
@@ -126,3 +130,126 @@ def test_every_batch_stays_within_a_small_token_budget(service_bundles):
     unlimited = Settings(model_repository=service_bundles, max_batch_size=32, max_batch_tokens=10**6, max_batch_delay_ms=0)
     alone = _token_histogram(unlimited, {"inputs": inputs})
     assert alone[float("inf")] == 1 and alone[float(budget)] == 0, alone  # without the budget: one batch over 1024
+
+
+# --- graph calls per batch (service.runtime.plan_calls) ------------------------------------
+
+def _plan_cost(calls, shapes, tokens, overhead):
+    from service.runtime import padded_shape
+
+    total = 0.0
+    for call in calls:
+        shape = shapes[call[0]]
+        for k in call[1:]:
+            shape = padded_shape(shape, shapes[k])
+        total += overhead + len(call) * tokens(shape)
+    return total
+
+
+def test_plan_calls_runs_short_items_apart_from_long_ones_when_that_costs_less():
+    from service.runtime import plan_calls
+
+    tokens = sum  # a pair item costs premise + hypothesis padded tokens
+    shapes = [(8, 8)] * 30 + [(176, 32)] * 2
+    # one call pads 30 short items to 208 tokens each: 32 x 208 + overhead; apart: 30 x 16 + 2 x 208 + 2 overheads
+    assert plan_calls(shapes, tokens, 100.0) == [list(range(30)), [30, 31]]
+    assert plan_calls(shapes, tokens, 10_000.0) == [list(range(32))]
+    assert plan_calls(shapes, tokens, float("inf")) == [list(range(32))]
+    mixed = [(16, 8), (8, 8), (16, 8), (32, 16), (8, 8)]
+    assert plan_calls(mixed, tokens, 0.0) == [[1, 4], [0, 2], [3]]  # one call per shape, cheapest first
+    assert plan_calls([(8, 8)] * 3, tokens, 0.0) == [[0, 1, 2]]
+
+
+def test_plan_calls_finds_the_cheapest_split_of_the_shapes_in_cost_order():
+    """Against every split of the cost-sorted distinct shapes into contiguous runs (brute force)."""
+    import itertools
+
+    from service.runtime import plan_calls
+
+    rng = random.Random(5)
+    tokens = lambda shape: shape[0] * shape[1] + shape[2]  # noqa: E731  (evidence slots x length + claim)
+    for _ in range(200):
+        shapes = [(rng.choice((1, 2, 4, 5)), rng.choice((8, 16, 32, 48)), rng.choice((8, 16, 32)))
+                  for _ in range(rng.randint(1, 12))]
+        overhead = rng.choice((0.0, 10.0, 60.0, 200.0, 1000.0))
+        calls = plan_calls(shapes, tokens, overhead)
+        assert sorted(k for call in calls for k in call) == list(range(len(shapes)))
+        distinct = sorted(set(shapes), key=lambda shape: (tokens(shape), shape))  # plan_calls' order
+        best = math.inf
+        for cuts in itertools.product((False, True), repeat=len(distinct) - 1):
+            runs, run = [], [distinct[0]]
+            for shape, cut in zip(distinct[1:], cuts):
+                if cut:
+                    runs.append(run)
+                    run = []
+                run.append(shape)
+            runs.append(run)
+            candidate = [[k for k, s in enumerate(shapes) if s in r] for r in runs]
+            best = min(best, _plan_cost(candidate, shapes, tokens, overhead))
+        assert _plan_cost(calls, shapes, tokens, overhead) == pytest.approx(best)
+
+
+def test_a_batch_split_into_calls_answers_and_explains_each_item_as_alone(service_bundles):
+    """Split into one call per shape, every item's output (scores, evidence scores, and the
+    explanation of exactly the rows that asked) equals its solo run."""
+    import numpy as np
+
+    from service.runtime import CPU, ModelRuntime
+    from service.tasks import encode
+
+    class Claim:
+        def __init__(self, claim, evidence):
+            self.claim, self.evidence = claim, evidence
+
+    runtime = ModelRuntime.load(service_bundles / "fever", [CPU], 1)
+    runtime.warmup(32, 1 << 20, call_overhead_tokens=0.0)
+    assert runtime.call_overhead_tokens == 0.0
+    inputs = [Claim(x["claim"], x["evidence"]) for x in _verify_inputs(20, seed=11)]
+    explain = [i % 3 == 0 for i in range(len(inputs))]
+    encoded = encode(runtime, inputs, explain)
+    items = [e.item for e in encoded]
+    rows = [i for i, flag in enumerate(explain) if flag]
+    outputs, calls = runtime.infer_batch(items, rows)
+    assert len(calls) == len({item.shape for item in items}) > 1
+    for i, (item, output) in enumerate(zip(items, outputs, strict=True)):
+        alone = runtime.infer([item], [0] if explain[i] else [])[0]
+        assert np.allclose(output.logits, alone.logits, atol=1e-5)
+        assert np.allclose(output.evidence_scores, alone.evidence_scores, atol=1e-5)
+        if explain[i]:
+            assert output.explanation and output.explanation.keys() == alone.explanation.keys()
+            assert json.dumps(output.explanation) == json.dumps(alone.explanation) or _close(output.explanation, alone.explanation)
+        else:
+            assert output.explanation is None
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return abs(a - b) < 1e-4
+    return a == b
+
+
+def test_the_service_measures_the_call_overhead_at_warm_up_and_counts_graph_calls(service_bundles):
+    inputs = _verify_inputs(32, seed=4)
+
+    async def scenario(settings: Settings) -> tuple[float, int, int, dict]:
+        async with running_app(settings) as (app, client):
+            overhead = app.state.service.models["fever"].runtime.call_overhead_tokens
+            r = await client.post("/verify", json={"inputs": inputs})
+            assert r.status_code == 200, r.text
+            text = (await client.get("/metrics")).text
+            batches = int(sum(metric_samples(text, "attserve_batch_size_count").values()))
+            calls = int(sum(metric_samples(text, "attserve_graph_calls_total").values()))
+            return overhead, batches, calls, r.json()
+
+    base = dict(model_repository=service_bundles, models=["fever"], max_batch_size=32, max_batch_tokens=10**6)
+    measured, _, _, _ = asyncio.run(scenario(Settings(**base)))
+    assert 0 < measured < math.inf
+    _, batches, calls, apart = asyncio.run(scenario(Settings(**base, call_overhead_tokens=0)))
+    assert batches == 1 and calls > 1
+    _, batches, calls, together = asyncio.run(scenario(Settings(**base, call_overhead_tokens=1e12)))
+    assert batches == 1 and calls == 1
+    assert _close(apart, together)
