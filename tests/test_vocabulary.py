@@ -191,27 +191,38 @@ def test_bundle_export_honours_the_recipe_export_dtype(tmp_path):
     assert parity["max_abs_diff"] < 1e-4 and parity["argmax_mismatches"] == 0
 
 
-def test_the_tuned_channel_trains_seen_rows_and_repeats_static_vectors_for_unseen_words(tmp_path, monkeypatch):
+def _train_two_channel(directory, monkeypatch, unseen: list[str], pretrained_vocab: int, epochs: int):
+    """A tiny two-channel AttConv trained into `directory` on synthetic pairs, its "GloVe" being
+    five of the data's words then `unseen` (words the data never has), random 8-d vectors.
+    Returns (the data's words, the vector words, their vectors, the recipe)."""
     import training.embeddings
     from tests.test_trainer import make_splits
-    from training.checkpoint import load_checkpoint
     from training.recipes import Recipe
     from training.trainer import train
 
     splits = make_splits("entailment")
     train_words = sorted({w for e in splits.train for t in (e.premise, e.hypothesis) for w in t.split()})
-    words = train_words[:5] + ["zebra", "quokka"]  # the last two never occur in the data
+    words = train_words[:5] + unseen
     vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
     monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, **_: (words, vectors))
     recipe = Recipe.model_validate({
         "name": "tiny-two-channel", "data": {"dataset": "snli"},
         "model": {"architecture": "attconv-light", "embedding_dim": 8, "hidden_dim": 8, "head_hidden": 8, "dropout": 0.0},
-        "tokenizer": {"pretrained_vocab": 10, "oov_buckets": 4},
+        "tokenizer": {"pretrained_vocab": pretrained_vocab, "oov_buckets": 4},
         "embeddings": {"glove": True, "tuned_channel": True},
         "limits": {"max_lengths": {"premise_ids": 16, "hypothesis_ids": 16}},
-        "train": {"epochs": 2, "batch_size": 16, "lr": 0.05, "patience": None},
+        "train": {"epochs": epochs, "batch_size": 16, "lr": 0.05, "patience": None},
     })
-    train(recipe, tmp_path, progress=False, threads=1, splits=splits)
+    train(recipe, directory, progress=False, threads=1, splits=splits)
+    return train_words, words, vectors, recipe
+
+
+def test_the_tuned_channel_trains_seen_rows_and_repeats_static_vectors_for_unseen_words(tmp_path, monkeypatch):
+    from training.checkpoint import load_checkpoint
+    from training.recipes import Recipe
+
+    _, words, vectors, recipe = _train_two_channel(tmp_path, monkeypatch, ["zebra", "quokka"],
+                                                   pretrained_vocab=10, epochs=2)
     network, _ = load_checkpoint(tmp_path)
     vocab = TextEncoder.from_file(tmp_path / "tokenizer.json").tokenizer.get_vocab()
     limit = network.config.tuned_vocab_size
@@ -235,29 +246,14 @@ def test_a_bundle_gains_pretrained_words_after_export_with_the_network_unchanged
     """scripts/bundle_extend_vocab.py: the next pretrained words join a shipped bundle; old ids,
     and logits on them, stay bit-identical, and a new word's logits are those of the PyTorch
     network whose static table holds that word's vector (the rows it would have had in training)."""
-    import training.embeddings
-    from export.bundle import write_bundle
-    from scripts.bundle_extend_vocab import extend
-    from tests.test_trainer import make_splits
-    from training.checkpoint import load_checkpoint
-    from training.recipes import Recipe
-    from training.trainer import train
     import onnxruntime as ort
 
-    splits = make_splits("entailment")
-    train_words = sorted({w for e in splits.train for t in (e.premise, e.hypothesis) for w in t.split()})
-    words = train_words[:5] + ["zebra", "quokka", "okapi", "ibex"]  # the last four never occur in the data
-    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
-    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, **_: (words, vectors))
-    recipe = Recipe.model_validate({
-        "name": "tiny-extend", "data": {"dataset": "snli"},
-        "model": {"architecture": "attconv-light", "embedding_dim": 8, "hidden_dim": 8, "head_hidden": 8, "dropout": 0.0},
-        "tokenizer": {"pretrained_vocab": 2, "oov_buckets": 4},
-        "embeddings": {"glove": True, "tuned_channel": True},
-        "limits": {"max_lengths": {"premise_ids": 16, "hypothesis_ids": 16}},
-        "train": {"epochs": 1, "batch_size": 16, "lr": 0.05, "patience": None},
-    })
-    train(recipe, tmp_path / "checkpoint", progress=False, threads=1, splits=splits)
+    from export.bundle import write_bundle
+    from scripts.bundle_extend_vocab import extend
+    from training.checkpoint import load_checkpoint
+
+    train_words, words, vectors, _ = _train_two_channel(tmp_path / "checkpoint", monkeypatch,
+                                                        ["zebra", "quokka", "okapi", "ibex"], pretrained_vocab=2, epochs=1)
     bundle = write_bundle(tmp_path / "checkpoint", tmp_path / "bundle")
     old_vocab = TextEncoder.from_file(bundle / "tokenizer.json").tokenizer.get_vocab()
     assert "zebra" in old_vocab and "okapi" not in old_vocab
@@ -303,8 +299,8 @@ def test_a_tuned_table_gains_words_only_when_its_rows_stayed_near_the_vectors(tm
     import onnxruntime as ort
 
     from export.bundle import write_bundle
-    from scripts.bundle_extend_vocab import extend, static_tables
-    from scripts.bundle_fp16_embeddings import random_batches
+    from scripts.bundle_extend_vocab import extend
+    from scripts.bundle_fp16_embeddings import random_batches, static_tables
     from tests.test_export import train_checkpoint
 
     bundle = write_bundle(train_checkpoint("entailment", tmp_path / "c"), tmp_path / "bundle")
