@@ -26,7 +26,7 @@ from rich.table import Table
 
 from bench.engine import load_runtime, service_items
 from bench.workloads import test_examples
-from service.runtime import batch_shape, plan_calls
+from service.runtime import plan_calls
 
 app = typer.Typer(add_completion=False)
 REPO = Path(__file__).resolve().parents[1]
@@ -48,8 +48,7 @@ def measure(model: str, dataset: str, batch_size: int, seconds: float, rounds: i
     plans: dict[str, dict] = {}
     for label, overhead in settings.items():
         calls = [plan_calls([item.shape for item in batch], runtime.shape_tokens, overhead) for batch in batches]
-        padded = sum(len(call) * runtime.shape_tokens(batch_shape([batch[k] for k in call]))
-                     for batch, batch_calls in zip(batches, calls) for call in batch_calls)
+        padded = sum(runtime.padded_tokens(batch, batch_calls) for batch, batch_calls in zip(batches, calls))
         plans[label] = {"calls_per_batch": round(sum(map(len, calls)) / len(batches), 2),
                         "padding": round(padded / own_tokens, 3)}
     for _ in track(range(rounds), description=f"{model}: {rounds} rounds x {len(settings)} settings"):

@@ -28,6 +28,7 @@ not an exact extension. The script measures how far tuning moved the rows from t
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import sys
@@ -42,39 +43,14 @@ from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.bundle_fp16_embeddings import random_batches  # noqa: E402
+from scripts.bundle_fp16_embeddings import random_batches, static_tables  # noqa: E402
 from service.bundle import sha256_file  # noqa: E402
 from service.tokenization import TextEncoder  # noqa: E402
 from training.embeddings import DEFAULT_VECTORS, load_glove  # noqa: E402
-from training.tokenizer import producible  # noqa: E402
+from training.tokenizer import pretrained_only  # noqa: E402
 
 
 MIN_TUNED_COSINE = 0.9
-
-
-def static_tables(model: onnx.ModelProto, vocab_size: int) -> list[onnx.TensorProto]:
-    """Tables with one row per vocabulary entry that only Gather reads (a tuned channel has
-    fewer rows: only the ids training could update)."""
-    readers: dict[str, set[str]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, set()).add(node.op_type)
-    return [init for init in model.graph.initializer
-            if len(init.dims) == 2 and init.dims[0] == vocab_size and readers.get(init.name) == {"Gather"}]
-
-
-def pretrained_order(tokenizer: Tokenizer, words: list[str], trained: set[str]) -> list[str]:
-    """GloVe words in GloVe's order that this tokenizer can produce and training did not see:
-    the order `build_tokenizer` appends pretrained-only words in."""
-    seen: set[str] = set()
-    order = []
-    for word in words:
-        if word in seen or word in trained:
-            continue
-        seen.add(word)
-        if producible(tokenizer, word):
-            order.append(word)
-    return order
 
 
 def mean_cosine(rows: np.ndarray, vectors: np.ndarray) -> float:
@@ -113,10 +89,10 @@ def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.nda
     if pretrained_vocab <= len(current):
         raise SystemExit(f"{bundle}: already {len(current)} pretrained-only words")
 
-    order = pretrained_order(tokenizer, words, trained)
+    order = list(itertools.islice(pretrained_only(tokenizer, words, trained), pretrained_vocab))
     if order[: len(current)] != current:
         raise SystemExit(f"{bundle}: its pretrained-only words are not the first {len(current)} of {vectors}")
-    added = order[len(current): pretrained_vocab]
+    added = order[len(current):]
     row_of = {}
     for index, word in enumerate(words):
         row_of.setdefault(word, index)

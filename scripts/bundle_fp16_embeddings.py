@@ -26,44 +26,35 @@ from tokenizers import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from export.onnx_graph import store_embeddings_fp16  # noqa: E402
+from export.parity import onnx_feed, random_batches as parity_batches  # noqa: E402
 from service.bundle import sha256_file  # noqa: E402
 
 BATCH_SIZES = (1, 3, 17, 24, 64)
 MAX_DIFF = 1e-2  # rounding a table to fp16 moves its values by <= 2^-11 relative
 
 
-def embedding_shapes(model: onnx.ModelProto, vocab_size: int) -> list[tuple[int, int]]:
-    """float32 tables with one row per vocabulary entry that only Gather reads."""
+def static_tables(model: onnx.ModelProto, vocab_size: int) -> list[onnx.TensorProto]:
+    """Tables with one row per vocabulary entry that only Gather reads (a tuned channel has
+    fewer rows: only the ids training could update)."""
     readers: dict[str, set[str]] = {}
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type)
-    return [
-        tuple(init.dims) for init in model.graph.initializer
-        if init.data_type == onnx.TensorProto.FLOAT and len(init.dims) == 2 and init.dims[0] == vocab_size
-        and readers.get(init.name) == {"Gather"}
-    ]
+    return [init for init in model.graph.initializer
+            if len(init.dims) == 2 and init.dims[0] == vocab_size and readers.get(init.name) == {"Gather"}]
+
+
+def embedding_shapes(model: onnx.ModelProto, vocab_size: int) -> list[tuple[int, int]]:
+    """float32 tables with one row per vocabulary entry that only Gather reads."""
+    return [tuple(init.dims) for init in static_tables(model, vocab_size) if init.data_type == onnx.TensorProto.FLOAT]
 
 
 def random_batches(config: dict, vocab_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Seeded id batches of mixed lengths, zero-padded (pad id 0). The evidence input of a
-    verification bundle is (B, K, L): 1 to `max_evidence` real slots per row, the rest all pad."""
-    rng = np.random.default_rng(seed)
-    batches = []
-    for size in BATCH_SIZES:
-        feed = {}
-        for name in config["inputs"]:
-            max_len = config["max_lengths"][name]
-            slots = config.get("max_evidence") if name == "evidence_ids" else None
-            counts = rng.integers(1, slots + 1, size=size) if slots else np.ones(size, dtype=np.int64)
-            lengths = rng.integers(1, max_len + 1, size=(size, int(counts.max())))
-            ids = np.zeros((size, int(counts.max()), int(lengths.max())), dtype=np.int64)
-            for row in range(size):
-                for slot in range(counts[row]):
-                    ids[row, slot, : lengths[row, slot]] = rng.integers(2, vocab_size, size=lengths[row, slot])
-            feed[name] = ids if slots else ids[:, 0]
-        batches.append(feed)
-    return batches
+    """Graph feeds of export's parity batches (export.parity.random_batches: mixed lengths, and
+    for verification 1 to max_evidence real evidence slots) at BATCH_SIZES."""
+    task = config["task"]
+    return [onnx_feed(task, ids) for ids in parity_batches(task, vocab_size, config["max_lengths"], config.get("max_evidence"),
+                                                           seed=seed, batch_sizes=BATCH_SIZES)]
 
 
 def convert(bundle: Path) -> dict:

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown
 from service.metrics import Metrics
-from service.runtime import Item, ItemOutput, ModelRuntime, batch_shape, padded_shape
+from service.runtime import Item, ItemOutput, ModelRuntime, padded_shape
 from service.settings import Settings
 from service.tasks import encode
 
@@ -297,8 +297,7 @@ class Batcher:
         inference_s = time.perf_counter() - t0
         self._inference_duration.observe(inference_s)
         self._batch_size.observe(len(items))
-        self._batch_tokens.observe(sum(len(call) * self.runtime.shape_tokens(batch_shape([items[k] for k in call]))
-                                       for call in calls))
+        self._batch_tokens.observe(self.runtime.padded_tokens(items, calls))
         self._graph_calls.inc(len(calls))
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():

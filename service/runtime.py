@@ -244,6 +244,11 @@ class ModelRuntime:
                 at += 1
         return tokens
 
+    def padded_tokens(self, items: Sequence[Item], calls: Sequence[Sequence[int]]) -> int:
+        """Padded tokens of a batch run as `calls` (lists of item indices, as infer_batch made
+        them): each call pads its items to their largest bucket shape."""
+        return sum(len(call) * self.shape_tokens(batch_shape([items[k] for k in call])) for call in calls)
+
     def feeds(self, items: Sequence[Item]) -> dict[str, np.ndarray]:
         """Pad items to the batch's largest bucket shape (per dimension)."""
         shape = batch_shape(items)
@@ -392,7 +397,7 @@ class ModelRuntime:
                 best = min(best, time.perf_counter() - t0)
             return best
 
-        size, smallest = min(shapes, key=lambda pair: (pair[1].tokens, pair[0]))
+        _, smallest = min(shapes, key=lambda pair: (pair[1].tokens, pair[0]))
         c0 = fastest([smallest], 5)
         estimates = []
         for size, item in shapes:

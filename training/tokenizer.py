@@ -16,8 +16,9 @@ words is what training can see, so a network may keep a trainable table for just
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
@@ -67,16 +68,23 @@ def build_tokenizer(
     vocab = {token: index for index, (token, _) in enumerate(trained)}  # [PAD]=0, [UNK]=1, words
     for index in range(oov_buckets):
         vocab[oov_token(index)] = len(vocab)
-    added = 0
-    for word in pretrained_words:
-        if added >= max_pretrained:
-            break
-        if word not in vocab and producible(tokenizer, word):
-            vocab[word] = len(vocab)
-            added += 1
+    for word in itertools.islice(pretrained_only(tokenizer, pretrained_words, set(vocab)), max_pretrained):
+        vocab[word] = len(vocab)
     # [PAD] and [UNK] are plain vocabulary entries here, not added tokens: a literal "[PAD]" in a
     # text is three tokens, never the padding id.
     return _with_text_rules(Tokenizer(WordLevel(vocab=vocab, unk_token=UNK_TOKEN)))
+
+
+def pretrained_only(tokenizer: Tokenizer, pretrained_words: Iterable[str], known: set[str]) -> Iterator[str]:
+    """The pretrained words a vocabulary appends after `known` (training words, specials,
+    buckets), in their given order: each once, and only those this tokenizer can produce.
+    scripts/bundle_extend_vocab.py relies on this being the one rule."""
+    seen = set(known)
+    for word in pretrained_words:
+        if word not in seen:
+            seen.add(word)
+            if producible(tokenizer, word):
+                yield word
 
 
 def trainable_rows(tokenizer: Tokenizer) -> int:
