@@ -5,6 +5,10 @@ share the measured core.
 - engine ceiling: the service's own runtime (service.runtime.ModelRuntime: same session
   options, length buckets and padding) fed full batches of one bucket shape, encoded by the
   service's own request encoder: what the batcher could reach with no HTTP and no waiting.
+- engine requests: the service's engine (service.engine.Engine: checks, tokenizing in the
+  inference thread, batching in arrival order, planned graph calls, rendered answers) fed the
+  HTTP bench's own request bodies by N concurrent in-process callers: the service's code with
+  no HTTP in front, so service / engine-requests is what HTTP, JSON and validation cost.
 - onnxruntime vs PyTorch eager on identical padded batches (training.batching.encode_examples).
 - ACT vs the Transformer baseline at the paper's settings: parameters and time per batch.
 """
@@ -77,6 +81,81 @@ def engine_ceiling(runtime, examples: list, batch_sizes: list[int], seconds: flo
                           "ms_per_batch": round(1000 * elapsed / (done / len(items) * len(batches)), 3),
                           "items": done, "seconds": round(elapsed, 3)}
     return out
+
+
+def engine_requests(bundle: Path, bodies: Path, concurrencies: list[int], seconds: float, threads: int,
+                    max_batch_size: int, max_batch_delay_ms: float) -> dict:
+    """Items per second of `Engine.submit` at each concurrency, for single-item and 32-item
+    requests (the bodies of single.jsonl and batch.jsonl, parsed beforehand), on the event loop
+    the service runs (uvloop), with the service's settings as the bench starts it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from service.engine import Engine
+    from service.metrics import Metrics
+    from service.runtime import CPU, ModelRuntime
+    from service.settings import Settings
+
+    settings = Settings(model_repository=[bundle.parent], max_batch_size=max_batch_size,
+                        max_batch_delay_ms=max_batch_delay_ms, max_queue=4096, intra_op_threads=threads)
+    runtime = ModelRuntime.load(bundle, [CPU], threads)
+    runtime.warmup(settings.max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
+
+    def requests(name: str) -> list[list]:
+        rows = [json.loads(line) for line in (bodies / name).read_text(encoding="utf-8").splitlines() if line]
+        return [[SimpleNamespace(**x) for x in row.get("inputs", [row])] for row in rows]
+
+    async def measure(engine: Engine, metrics: Metrics, form: str, inputs: list[list], concurrency: int,
+                      duration: float) -> dict:
+        loop = asyncio.get_running_loop()
+        queue = itertools.cycle(inputs)
+        batch = form != "single"
+        labels = {"model": engine.name}
+        batches0 = metrics.registry.get_sample_value("attserve_batch_size_count", labels) or 0.0
+        items0 = metrics.registry.get_sample_value("attserve_batch_size_sum", labels) or 0.0
+        done = 0
+        latencies: list[float] = []
+        end = loop.time() + duration
+
+        async def caller() -> None:
+            nonlocal done
+            while loop.time() < end:
+                request = next(queue)
+                t0 = time.perf_counter()  # uvloop's loop.time() counts whole milliseconds
+                await engine.submit(request, deadline=loop.time() + 30.0, batch=batch)
+                latencies.append(time.perf_counter() - t0)
+                done += len(request)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+        batches = (metrics.registry.get_sample_value("attserve_batch_size_count", labels) or 0.0) - batches0
+        items = (metrics.registry.get_sample_value("attserve_batch_size_sum", labels) or 0.0) - items0
+        latencies.sort()
+        return {"concurrency": concurrency, "items_per_s": round(done / elapsed, 2),
+                "requests_per_s": round(len(latencies) / elapsed, 2),
+                "p50_ms": round(1000 * latencies[len(latencies) // 2], 3),
+                "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 3),
+                "mean_batch_size": round(items / batches, 2) if batches else None, "seconds": round(elapsed, 3)}
+
+    async def run_all() -> dict:
+        metrics = Metrics()
+        engine = Engine(runtime, settings, metrics)
+        engine.start()
+        out: dict[str, list] = {}
+        for form, name in (("single", "single.jsonl"), ("batch32", "batch.jsonl")):
+            inputs = requests(name)
+            await measure(engine, metrics, form, inputs, max(concurrencies), seconds / 2)  # warm: shapes, allocator
+            out[form] = [await measure(engine, metrics, form, inputs, c, seconds) for c in concurrencies]
+        await engine.drain(5.0)
+        return out
+
+    try:
+        import uvloop
+
+        return uvloop.run(run_all())
+    except ImportError:  # plain asyncio works, only slower
+        return asyncio.run(run_all())
 
 
 def ort_vs_torch(runtime, checkpoint: Path, examples: list, batch_sizes: list[int], seconds: float) -> dict:
@@ -162,6 +241,10 @@ def main() -> None:
         examples = read_examples(Path(spec["examples"]))
         runtime = load_runtime(Path(spec["bundle"]), threads)
         result["ceiling"] = engine_ceiling(runtime, examples, spec["batch_sizes"], spec["seconds"])
+        if spec.get("requests"):
+            r = spec["requests"]
+            result["requests"] = engine_requests(Path(spec["bundle"]), Path(spec["examples"]), r["concurrencies"],
+                                                 spec["seconds"], threads, r["max_batch_size"], r["max_batch_delay_ms"])
         if spec.get("checkpoint"):
             result["ort_vs_torch"] = ort_vs_torch(runtime, Path(spec["checkpoint"]), examples,
                                                   spec["compare_batch_sizes"], spec["seconds"])

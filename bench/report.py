@@ -85,6 +85,19 @@ def markdown(r: dict) -> str:
                 cells = [_fmt(sections[where].get(str(b), {}).get("items_per_s")) for b in s["batch_sizes"]]
                 lines.append(f"| {name} | {where} | " + " | ".join(cells) + " |")
 
+    concurrencies = s["concurrencies"]
+    lines += ["", "## Engine on the bench's requests (in-process Engine.submit, pinned, items/s; mean batch)", "",
+              "The service's engine with no HTTP in front: the same request bodies, checks, tokenizing, "
+              "batching in arrival order, planned graph calls and rendered answers.", "",
+              "| workload | requests | " + " | ".join(f"c={c}" for c in concurrencies) + " |",
+              "|---|---|" + "---:|" * len(concurrencies)]
+    for name, forms in (r.get("engine_requests") or {}).items():
+        for form, runs in (forms or {}).items():
+            by = {x["concurrency"]: x for x in runs}
+            cells = [f"{_fmt(by[c]['items_per_s'])} ({_fmt(by[c]['mean_batch_size'])})" if c in by else "-"
+                     for c in concurrencies]
+            lines.append(f"| {name} | {form} | " + " | ".join(cells) + " |")
+
     lines += ["", "## Load runs", "", *RUN_HEADER]
     for name, sections in r["service"].items():
         for form in ("single", "batch32"):

@@ -8,6 +8,7 @@ shared machine. The plan:
 
   per workload (bundle + its dataset's test examples):
     engine ceiling (pinned, and unpinned)   in-process runtime, batch 1 / 8 / 32 / 64
+    engine requests (pinned)                in-process Engine.submit on the HTTP bench's bodies
     onnxruntime vs PyTorch eager             batch 1 and 32 (workloads with a checkpoint)
     service, single-item requests            closed loop at each concurrency (pinned, unpinned)
     service, 32-item requests                closed loop at each concurrency (pinned)
@@ -212,16 +213,19 @@ class Suite:
         spec = {"bundle": str(workload.bundle), "examples": str(workload.bodies), "batch_sizes": list(o.batch_sizes),
                 "seconds": o.engine_seconds, "threads": 1, "torch": True,
                 "checkpoint": str(workload.checkpoint) if workload.checkpoint else None,
-                "compare_batch_sizes": list(o.compare_batch_sizes)}
+                "compare_batch_sizes": list(o.compare_batch_sizes),
+                "requests": {"concurrencies": list(o.concurrencies), "max_batch_size": o.max_batch_size,
+                             "max_batch_delay_ms": o.max_batch_delay_ms}}
         if primary:
             spec["act_length"] = o.act_length
         pinned = self.engine(spec, c.server)
-        out = {"pinned": pinned["ceiling"], "ort_vs_torch": pinned.get("ort_vs_torch")}
+        out = {"pinned": pinned["ceiling"], "ort_vs_torch": pinned.get("ort_vs_torch"), "requests": pinned["requests"]}
         if primary:
             self.results["act_vs_transformer"] = pinned["act_vs_transformer"]
         if o.unpinned:
             self.progress(f"{workload.name}: engine ceiling (unpinned)")
-            spec = {**spec, "threads": len(c.all), "checkpoint": None, "act_length": None, "torch": False}
+            spec = {**spec, "threads": len(c.all), "checkpoint": None, "act_length": None, "torch": False,
+                    "requests": None}
             out["unpinned"] = self.engine(spec, None)["ceiling"]
         return out
 
@@ -397,10 +401,11 @@ class Suite:
         })
         primary = workloads[0]
         r["primary_workload"] = primary.name
-        r["engine_ceiling"], r["ort_vs_torch"], r["service"] = {}, {}, {}
+        r["engine_ceiling"], r["engine_requests"], r["ort_vs_torch"], r["service"] = {}, {}, {}, {}
         for index, workload in enumerate(workloads):
             engine = self.engine_section(workload, primary=index == 0)
             r["ort_vs_torch"][workload.name] = engine.pop("ort_vs_torch")
+            r["engine_requests"][workload.name] = engine.pop("requests")
             r["engine_ceiling"][workload.name] = engine
             r["service"][workload.name] = self.service_section(workload, primary=index == 0)
         r["http_floor"] = self.floor_section(primary)
@@ -444,6 +449,7 @@ def ratios(r: dict) -> dict:
     c = RATIO_CONCURRENCY
     peer_runs = r["peer"].get("pinned")
     naive_runs = r["naive"].get("pinned")
+    requests = (r.get("engine_requests") or {}).get(name) or {}
     c1 = _at(single, 1)
     open50 = next((x for x in service.get("open_loop", []) if x["fraction_of_saturation"] == 0.5), None)
     compare = r["ort_vs_torch"].get(name) or {}
@@ -453,6 +459,14 @@ def ratios(r: dict) -> dict:
                                            ">= 0.5", f"best single-item items/s over concurrencies / engine items/s at batch {size}"),
         "service_batch32_vs_engine": _ratio(_best(batch, "items_per_s"), ceiling.get(str(BATCH_INPUTS), {}).get("items_per_s"),
                                             ">= 0.9", f"best 32-item-request items/s / engine items/s at batch {BATCH_INPUTS}"),
+        # The same requests through service.engine.Engine in process (bench.engine): what HTTP,
+        # JSON and validation cost, with tokenizing, mixed shapes and rendering on both sides.
+        "service_single_vs_engine_requests": _ratio(
+            _best(single, "items_per_s"), _best(requests.get("single"), "items_per_s"), ">= 0.3",
+            "best single-item items/s over concurrencies / best in-process Engine.submit items/s on the same requests"),
+        "service_batch32_vs_engine_requests": _ratio(
+            _best(batch, "items_per_s"), _best(requests.get("batch32"), "items_per_s"), ">= 0.75",
+            "best 32-item-request items/s / best in-process Engine.submit items/s on the same requests"),
         "service_vs_http_floor": _ratio(_best(single, "requests_per_s"), _best(r["http_floor"]["pinned"], "requests_per_s"),
                                         ">= 0.8", "best single-item requests/s, service / constant-answer floor"),
         "service_vs_naive": _ratio((_at(single, c) or {}).get("requests_per_s"),

@@ -1,3 +1,3 @@
-"""The inference service: settings, schemas, runtime (onnxruntime), batcher, routes, metrics.
+"""The inference service: settings, schemas, runtime (onnxruntime), batcher, engine, routes, metrics.
 
 Imports neither torch nor `models`/`training` (a test asserts it)."""

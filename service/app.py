@@ -29,8 +29,8 @@ from typing import AsyncIterator, Callable
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.batcher import Batcher
 from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
+from service.engine import Engine
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, install_error_handlers
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
@@ -102,7 +102,7 @@ class ModelEntry:
     error: str | None = None  # as logged (full paths)
     public_error: str | None = None  # as /v1/models shows it (paths relative to the repository)
     runtime: ModelRuntime | None = None
-    batcher: Batcher | None = None
+    engine: Engine | None = None  # set once the runtime is loaded and warm
 
     @property
     def task(self) -> str | None:
@@ -222,8 +222,8 @@ class Service:
             except Exception as exc:  # a broken graph may fail at warm-up with onnxruntime's own errors
                 self._fail(entry, f"{entry.path}: {type(exc).__name__}: {exc}")
                 continue
-            entry.batcher = Batcher(entry.runtime, self.settings, self.metrics)
-            entry.batcher.start()
+            entry.engine = Engine(entry.runtime, self.settings, self.metrics)
+            entry.engine.start()
             entry.status = "ready"
             c = entry.config
             self.metrics.model_info.labels(
@@ -325,8 +325,8 @@ class Service:
     async def shutdown(self) -> None:
         self.begin_drain()
         deadline = self._drain_started + self.settings.shutdown_timeout_s
-        batchers = [e.batcher for e in self.models.values() if e.batcher is not None]
-        await asyncio.gather(*(b.drain(deadline - time.monotonic()) for b in batchers))
+        engines = [e.engine for e in self.models.values() if e.engine is not None]
+        await asyncio.gather(*(engine.drain(deadline - time.monotonic()) for engine in engines))
         log.info("stopped", extra={"drain_s": round(time.monotonic() - self._drain_started, 3)})
 
 

@@ -1,5 +1,5 @@
 """The Open Inference Protocol (KServe v2, the HTTP protocol of Triton, KServe and MLServer)
-beside the task API, answered by the same models, batchers and checks (routes.run_inputs).
+beside the task API, answered by the same model engines (service.engine, through routes.run_inputs).
 
 Tensors of a model (`GET /v2/models/{name}` lists them):
 

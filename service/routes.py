@@ -1,6 +1,7 @@
-"""HTTP routes. An inference request is validated (schemas), checked against the model's
-limits and the text limits (service.tasks), submitted to its model's batcher as one item per
-input (the batcher tokenizes, in its inference thread), and answered from its own futures only.
+"""HTTP routes. An inference request is parsed and validated (schemas) and handed to its model's
+engine (service.engine), which checks it against the model's limits and the text limits,
+queues one item per input (the batcher tokenizes, in its inference thread) and renders the
+answers from the request's own rows only.
 
 Truncation is reported per result: `truncated: true` when any text of that input was cut to
 the model's max length (and counted in `attserve_truncated_inputs_total`).
@@ -19,10 +20,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.app import TASK_OF_ENDPOINT, TASKS, ModelEntry, Service
-from service.batcher import Done
 from service.metrics import render as render_metrics
-from service.errors import ClientClosed, DeadlineExceeded, NotReady, ShuttingDown, TooManyEvidence, TooManyInputs
-from service.tasks import check_texts
+from service.errors import NotReady, ShuttingDown
 from service.schemas import (
     BatchPredictions,
     ClassifyBody,
@@ -68,34 +67,6 @@ async def _wait_disconnect(request: Request) -> None:
             return
 
 
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved, so asyncio logs no "exception was never retrieved"
-
-
-async def _await_items(request: Request, futures: list[asyncio.Future], timeout_s: float,
-                       budget_ms: float) -> list[Done]:
-    gathered = asyncio.gather(*futures)
-    # however gather ends (a cancelled item makes it fail with CancelledError only later, after
-    # this function returned), nobody would read its outcome: retrieve it when it does
-    gathered.add_done_callback(_retrieve)
-    disconnect = asyncio.ensure_future(_wait_disconnect(request))
-    try:
-        finished, _ = await asyncio.wait({gathered, disconnect}, timeout=max(0.0, timeout_s),
-                                         return_when=asyncio.FIRST_COMPLETED)
-        if gathered in finished:
-            return gathered.result()  # raises an item's error (504, 500)
-        if disconnect in finished:
-            raise ClientClosed("the client disconnected before the answer was ready")
-        raise DeadlineExceeded(f"no answer within {budget_ms:.0f} ms")
-    finally:
-        disconnect.cancel()
-        for future in futures:  # a cancelled future is skipped by the batcher
-            future.cancel()
-        if not gathered.done():
-            gathered.cancel()
-
-
 async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
     service = _service(request)
     if service.draining:
@@ -112,64 +83,22 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
 
 async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
                      batch: bool, explain: bool = False) -> tuple[list[dict], dict[str, str]]:
-    """Checks, tokenizes and runs `inputs` (objects with the task's fields as attributes) on
-    `entry`'s batcher: the answers in input order and the timing headers (with `explain`, each
-    answer carries its explanation). The task API and the Open Inference Protocol
-    (service.oip) both answer through here."""
+    """Runs `inputs` (objects with the task's fields as attributes) on `entry`'s engine: the
+    answers in input order and the timing headers. The task API and the Open Inference
+    Protocol (service.oip) both answer through here; the engine does the checks and the work."""
     service = _service(request)
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    task = entry.config.task
     request.state.attserve_model = entry.name
-    settings = service.settings
-    if len(inputs) > settings.max_inputs_per_request:
-        raise TooManyInputs(f"{len(inputs)} inputs; at most {settings.max_inputs_per_request} per request")
-    if task == "verification":
-        limit = entry.config.max_evidence
-        for i, x in enumerate(inputs):
-            if len(x.evidence) > limit:
-                where = f"inputs[{i}].evidence" if batch else "evidence"
-                raise TooManyEvidence(f"{where}: {len(x.evidence)} items; model {entry.name!r} takes at most {limit}")
-
-    # shed before any work on the texts: a rejected request should cost as little as possible
-    entry.batcher.check_room(len(inputs))
-    check_texts(inputs, task, batch, settings.max_text_chars, settings.max_request_chars)
     # The deadline runs from the request's arrival (set by the metrics middleware), so reading,
     # parsing, tokenizing (in the batcher) and queueing a big body under load all count.
     loop = asyncio.get_running_loop()
-    deadline = getattr(request.state, "attserve_arrival", loop.time()) + settings.request_timeout_ms / 1000.0
-    if loop.time() >= deadline:
-        raise DeadlineExceeded(f"no answer within {settings.request_timeout_ms:.0f} ms")
-    places = [f"inputs[{i}]" for i in range(len(inputs))] if batch else ["input"]
-    futures = entry.batcher.submit(inputs, deadline=deadline, places=places, explain=explain)
+    deadline = getattr(request.state, "attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
+    pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
     service.metrics.inputs.labels(endpoint=endpoint, model=entry.name).inc(len(inputs))
-    done = await _await_items(request, futures, deadline - loop.time(), settings.request_timeout_ms)
-    truncated = [d.truncated for d in done]
-    if any(truncated):
-        service.metrics.truncated_inputs.labels(model=entry.name).inc(sum(truncated))
-
-    labels = entry.config.labels
-    results = []
-    for i, d in enumerate(done):
-        answer = {
-            "label": labels[d.output.label_index],
-            "scores": dict(zip(labels, d.output.probs)),
-            "model": entry.name,
-            "truncated": truncated[i],
-        }
-        if task == "verification":
-            answer["evidence_scores"] = d.output.evidence_scores
-        if d.tokens is not None:
-            spec = entry.config.explanation
-            answer["explanation"] = {"method": spec.method if spec is not None else None, "tokens": d.tokens,
-                                     **d.output.explanation}
-        results.append(answer)
-    batch_times = {d.batch_id: d.inference_s for d in done}
-    headers = {
-        "x-queue-time": f"{max(d.queue_s for d in done) * 1000:.3f}",
-        "x-inference-time": f"{sum(batch_times.values()) * 1000:.3f}",
-    }
-    return results, headers
+    answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=_wait_disconnect(request))
+    headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}"}
+    return answers.results, headers
 
 
 @router.post("/classify", response_model=Union[Prediction, BatchPredictions], responses=_ERRORS, tags=["inference"])

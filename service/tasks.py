@@ -1,7 +1,7 @@
 """What each task's input is, written once: its text fields, the checks before any expensive
-work, and the encoding into a runtime item. Routes (task API), service.oip (Open Inference
-Protocol) and the batcher (which tokenizes in its inference thread, a whole queue at a time)
-all go through here; the bench uses the same encoder.
+work, and the encoding into a runtime item. The engine (service.engine: the checks) and its
+batcher (which tokenizes in its inference thread, a whole queue at a time) go through here,
+for the task API and the Open Inference Protocol alike; the bench uses the same encoder.
 
 An input is any object with the task's fields as attributes (the request schemas, or a
 SimpleNamespace built from protocol tensors): `text`; `premise`, `hypothesis`; `claim`,

@@ -25,9 +25,10 @@ ERROR_FIELDS = {"connect", "read", "write", "status", "timeout", "total"}
 SPLIT_FIELDS = {"items", "batches", "mean_batch_size", "queue_wait_ms_mean", "inference_ms_mean_per_batch",
                 "queue_share"}
 TOP_FIELDS = {"schema_version", "mode", "command", "started_at", "finished_at", "wall_s", "machine", "versions",
-              "settings", "workloads", "skipped_workloads", "primary_workload", "engine_ceiling", "ort_vs_torch",
-              "service", "http_floor", "naive", "peer", "knobs", "profile", "act_vs_transformer", "ratios"}
-RATIOS = {"service_single_vs_engine", "service_batch32_vs_engine", "service_vs_http_floor", "service_vs_naive",
+              "settings", "workloads", "skipped_workloads", "primary_workload", "engine_ceiling", "engine_requests",
+              "ort_vs_torch", "service", "http_floor", "naive", "peer", "knobs", "profile", "act_vs_transformer", "ratios"}
+RATIOS = {"service_single_vs_engine", "service_batch32_vs_engine", "service_single_vs_engine_requests",
+          "service_batch32_vs_engine_requests", "service_vs_http_floor", "service_vs_naive",
           "service_vs_peer", "p99_open50_vs_p50_c1", "ort_vs_torch_batch1", "ort_vs_torch_batch32",
           "act_vs_transformer_params", "act_vs_transformer_speed"}
 
@@ -78,6 +79,17 @@ def test_short_mode_writes_every_field(short_run: Path) -> None:
     for where in ("pinned", "unpinned"):
         assert sorted(int(b) for b in ceiling[where]) == settings["batch_sizes"]
         assert all(x["items_per_s"] > 0 and x["items"] > 0 for x in ceiling[where].values())
+
+    requests = r["engine_requests"][name]
+    for form in ("single", "batch32"):
+        runs = requests[form]
+        assert [x["concurrency"] for x in runs] == concurrencies, form
+        assert all(x["items_per_s"] > 0 and 0 < x["p50_ms"] <= x["p99_ms"] for x in runs), form
+        # every request's items ran: 32 a request, and a batch never over max_batch_size
+        want = 32 if form == "batch32" else 1
+        assert all(x["items_per_s"] == pytest.approx(want * x["requests_per_s"], rel=1e-3) for x in runs), form
+        assert all(1 <= x["mean_batch_size"] <= settings["service"]["max_batch_size"] for x in runs), form
+    assert requests["single"][0]["mean_batch_size"] == 1.0  # one caller: nothing to batch with
 
     service = r["service"][name]
     check_runs(service["single"]["pinned"], concurrencies, split=True, where="service single pinned")

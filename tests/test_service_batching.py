@@ -110,10 +110,10 @@ def test_full_queue_is_429_with_retry_after(service_bundles):
     async def scenario():
         s = Settings(model_repository=service_bundles, max_queue=2, max_batch_size=64, max_batch_delay_ms=1500)
         async with running_app(s) as (app, client):
-            batcher = app.state.service.models["topic"].batcher
+            engine = app.state.service.models["topic"].engine
             first = asyncio.ensure_future(client.post("/classify", json={"inputs": [{"text": "a"}, {"text": "b"}],
                                                                          "model": "topic"}))
-            while batcher.depth < 2:
+            while engine.depth < 2:
                 await asyncio.sleep(0.005)
             r = await client.post("/classify", json={"text": "one more", "model": "topic"})
             assert_error(r, 429, "queue_full")

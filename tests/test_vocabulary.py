@@ -54,6 +54,11 @@ def test_unknown_words_hash_to_their_own_bucket_across_case_and_batches(tmp_path
     solo = encoder.encode(["Qwerty zebra qwerty"], 32).ids[0]
     batch = encoder.encode(["cat", "Qwerty zebra qwerty", "xyzzy " * 1000], 32).ids[1]  # encode_batch path
     assert solo == batch
+    # a batch is encoded without offsets, and again with them only for its texts with an
+    # unknown word (the hash needs the word); explanations take the offsets of every text
+    texts = ["cat sat", "Qwerty zebra qwerty", "the mat", "a qwerty cat"]
+    plain, described = encoder.encode(texts, 32), encoder.encode(texts, 32, describe=[True] * 4)
+    assert plain.ids == described.ids == [encoder.encode([t], 32).ids[0] for t in texts]
     expected = base + zlib.crc32("qwerty".encode()) % buckets  # the documented rule
     assert solo[0] == solo[2] == expected
     assert solo[1] == encoder.tokenizer.token_to_id("zebra")  # a pretrained word keeps its own id

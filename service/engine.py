@@ -1,0 +1,162 @@
+"""One model's engine, in the spirit of text-embeddings-inference's `Infer` + `Queue`: the
+runtime, its queue (service.batcher) and the task adapter (service.tasks), behind one call.
+
+    engine = Engine(runtime, settings, metrics)
+    engine.start()                                   # in the event loop that will submit
+    answers = await engine.submit(inputs, deadline=loop.time() + 1.0)
+    answers.results[i]  # {"label", "scores", "model", "truncated"[, "evidence_scores"][, "explanation"]}
+
+An input is any object with the task's fields as attributes (service.tasks). `submit` checks
+the model's limits and the texts (4xx errors from service.errors, before any tokenizing),
+queues the inputs in arrival order, waits for their own rows of the batches they ran in, and
+renders the answers. The HTTP routes (task API and Open Inference Protocol) only parse, call
+the engine and return; the bench's in-process baseline (bench.engine) and the tests drive the
+same object, so what the bench compares the service with is this code with no HTTP in front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Sequence
+
+from service.batcher import Batcher, Done
+from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs
+from service.metrics import Metrics
+from service.runtime import ModelRuntime
+from service.settings import Settings
+from service.tasks import check_texts
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A request's answers, in input order, and where its time went."""
+
+    results: list[dict]
+    queue_s: float  # the longest any of its inputs waited for its batch (tokenizing included)
+    inference_s: float  # onnxruntime time of the batches its inputs ran in, summed
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Queued inputs: one future per input."""
+
+    futures: list[asyncio.Future]
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved, so asyncio logs no "exception was never retrieved"
+
+
+class Engine:
+    def __init__(self, runtime: ModelRuntime, settings: Settings, metrics: Metrics) -> None:
+        self.runtime = runtime
+        self.name = runtime.name
+        self.config = runtime.config
+        self.settings = settings
+        self.batcher = Batcher(runtime, settings, metrics)
+        self._truncated = metrics.truncated_inputs.labels(model=self.name)
+
+    @property
+    def depth(self) -> int:
+        """Inputs queued (tokenized or not) and not yet running."""
+        return self.batcher.depth
+
+    def start(self) -> None:
+        self.batcher.start()
+
+    async def drain(self, timeout_s: float) -> None:
+        await self.batcher.drain(timeout_s)
+
+    # --- submitting -----------------------------------------------------------------------
+
+    def check(self, inputs: Sequence[Any], batch: bool = False) -> None:
+        """The checks before any work on the texts, cheapest first: inputs per request,
+        evidence per claim, room in the queue (429: a shed request should cost as little as
+        possible), then the text limits. `batch` names inputs as `inputs[i]` in messages."""
+        settings = self.settings
+        if len(inputs) > settings.max_inputs_per_request:
+            raise TooManyInputs(f"{len(inputs)} inputs; at most {settings.max_inputs_per_request} per request")
+        task = self.config.task
+        if task == "verification":
+            limit = self.config.max_evidence
+            for i, x in enumerate(inputs):
+                if len(x.evidence) > limit:
+                    where = f"inputs[{i}].evidence" if batch else "evidence"
+                    raise TooManyEvidence(f"{where}: {len(x.evidence)} items; model {self.name!r} takes at most {limit}")
+        self.batcher.check_room(len(inputs))
+        check_texts(inputs, task, batch, settings.max_text_chars, settings.max_request_chars)
+
+    def enqueue(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False,
+                explain: bool = False) -> Pending:
+        """Check `inputs` and queue them, together or not at all; `deadline` is in
+        loop.time(). The batcher tokenizes them in the inference thread."""
+        self.check(inputs, batch)
+        if asyncio.get_running_loop().time() >= deadline:
+            raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms")
+        places = [f"inputs[{i}]" for i in range(len(inputs))] if batch else ["input"] * len(inputs)
+        return Pending(self.batcher.submit(inputs, deadline=deadline, places=places, explain=explain))
+
+    async def answers(self, pending: Pending, *, deadline: float,
+                      cancel_when: Awaitable[Any] | None = None) -> Answers:
+        """Wait for queued inputs and render their answers. Raises an input's own error
+        (InvalidInput for a text with no tokens, 504 for one that expired in the queue),
+        DeadlineExceeded at `deadline`, or ClientClosed when `cancel_when` (say, the client's
+        disconnect) completes first. However it ends, inputs not yet run are cancelled, so the
+        batcher skips them."""
+        loop = asyncio.get_running_loop()
+        futures = pending.futures
+        gathered = asyncio.gather(*futures)
+        # however gather ends (a cancelled item makes it fail with CancelledError only later,
+        # after this returned), nobody would read its outcome: retrieve it when it does
+        gathered.add_done_callback(_retrieve)
+        watcher = asyncio.ensure_future(cancel_when) if cancel_when is not None else None
+        try:
+            waited = {gathered} if watcher is None else {gathered, watcher}
+            finished, _ = await asyncio.wait(waited, timeout=max(0.0, deadline - loop.time()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+            if gathered in finished:
+                done: list[Done] = gathered.result()  # raises an item's error (422, 504, 500)
+            elif watcher is not None and watcher in finished:
+                raise ClientClosed("the client disconnected before the answer was ready")
+            else:
+                raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms")
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            for future in futures:  # a cancelled future is skipped by the batcher
+                future.cancel()
+            if not gathered.done():
+                gathered.cancel()
+        return self.render(done)
+
+    async def submit(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False, explain: bool = False,
+                     cancel_when: Awaitable[Any] | None = None) -> Answers:
+        """enqueue + answers: the whole path of a request's inputs through this model."""
+        pending = self.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
+        return await self.answers(pending, deadline=deadline, cancel_when=cancel_when)
+
+    # --- answers --------------------------------------------------------------------------
+
+    def render(self, done: Sequence[Done]) -> Answers:
+        """The answer of each input: label, scores by label, the model, whether a text was
+        cut to the max length; evidence scores for claims; the explanation when asked for."""
+        labels = self.config.labels
+        verification = self.config.task == "verification"
+        spec = self.config.explanation
+        truncated = sum(d.truncated for d in done)
+        if truncated:
+            self._truncated.inc(truncated)
+        results = []
+        for d in done:
+            answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs)),
+                      "model": self.name, "truncated": d.truncated}
+            if verification:
+                answer["evidence_scores"] = d.output.evidence_scores
+            if d.tokens is not None:
+                answer["explanation"] = {"method": spec.method if spec is not None else None, "tokens": d.tokens,
+                                         **d.output.explanation}
+            results.append(answer)
+        batch_times = {d.batch_id: d.inference_s for d in done}
+        return Answers(results, max((d.queue_s for d in done), default=0.0), sum(batch_times.values()))
