@@ -1,7 +1,8 @@
 """The Ray Serve peer: the same ONNX bundle served by Ray Serve with its own batching.
 
 Runs in its own virtualenv (`.venv-peer-ray`, bench.servers.ensure_ray_venv). Starts a local
-Ray instance (1 CPU, no dashboard), one deployment with one replica of 1 CPU, and
+Ray instance (as many CPUs as replicas, no dashboard), one deployment with
+`BENCH_PEER_REPLICAS` replicas (default 1) of 1 CPU each, and
 `@serve.batch(max_batch_size, batch_wait_timeout_s)` around the model call, which is
 bench.naive_ort_app.OnnxBundleModel (numpy, onnxruntime, the project's encoder). Body: one
 input per request, `{"premise": ..., "hypothesis": ...}` (our single-input form). Tuned as
@@ -34,6 +35,7 @@ from starlette.responses import JSONResponse
 
 MAX_BATCH = int(os.environ.get("BENCH_PEER_MAX_BATCH", "32"))
 BATCH_WAIT_S = float(os.environ.get("BENCH_PEER_BATCH_WAIT_S", "0.005"))
+REPLICAS = int(os.environ.get("BENCH_PEER_REPLICAS", "1"))
 QUIET = LoggingConfig(enable_access_log=False, log_level="WARNING")
 
 
@@ -65,10 +67,10 @@ def main() -> None:
     pythonpath = os.environ.get("PYTHONPATH", "")
     env = {k: os.environ[k] for k in ("BENCH_PEER_BUNDLE", "BENCH_PEER_THREADS", "RAY_SERVE_THROUGHPUT_OPTIMIZED")
            if k in os.environ}
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="warning",
+    ray.init(num_cpus=REPLICAS, include_dashboard=False, log_to_driver=False, logging_level="warning",
              runtime_env={"env_vars": {**env, "PYTHONPATH": pythonpath}})
     serve.start(http_options={"host": args.host, "port": args.port}, logging_config=QUIET)
-    serve.run(BundleDeployment.bind(), name="peer", route_prefix="/", logging_config=QUIET)
+    serve.run(BundleDeployment.options(num_replicas=REPLICAS).bind(), name="peer", route_prefix="/", logging_config=QUIET)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

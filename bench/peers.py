@@ -21,7 +21,11 @@ own virtualenv with pinned versions (bench.servers *_PACKAGES) and its own batch
     python -m bench.peers --rounds 5 --arm service --arm litserve
 
 The service arm is bench.servers.service_spec with the service's default batching settings
-(as bench.ab runs it).
+(as bench.ab runs it). Two arms use both cores, unpinned, wrk included, and are compared with
+each other (`--base service-2w`): the service with two workers (`service-2w`) and Ray Serve with
+two replicas (`ray-2r`):
+
+    python -m bench.peers --arm service-2w --arm ray-2r --base service-2w --concurrency 64
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ class Arm:
     sweep: tuple[dict, ...]  # batching settings tried; one entry: nothing to sweep
     ensure: Callable[[], tuple[bool, str]] | None  # make/check its virtualenv
     packages: tuple[str, ...]
+    # True: the server on core 0 and wrk on core 1. False: both unpinned, for the two-process
+    # arms (two workers, two replicas), which need both cores.
+    pinned: bool = True
 
 
 def _service_spec(port: int, bundle: Path, setting: dict) -> servers.ServerSpec:
@@ -85,6 +92,17 @@ ARMS = {
                lambda port, bundle, s: servers.ray_spec(port, bundle, s["max_batch_size"], s["batch_wait_timeout_s"]),
                tuple({"max_batch_size": b, "batch_wait_timeout_s": t} for b in (8, 32, 64) for t in (0.001, 0.005, 0.02)),
                servers.ensure_ray_venv, servers.RAY_PACKAGES),
+    "service-2w": Arm("service-2w", "attserve, 2 workers (ATTSERVE_WORKERS=2, 1 thread each), unpinned", "single",
+                      lambda port, bundle, s: servers.service_workers_spec(
+                          port, bundle.parent, bundle.name, workers=2, max_batch_size=s["max_batch_size"],
+                          max_batch_delay_ms=s["max_batch_delay_ms"]),
+                      (SERVICE_DEFAULT,), None, (), pinned=False),
+    "ray-2r": Arm("ray-2r", "Ray Serve (@serve.batch, 2 replicas of 1 CPU, RAY_SERVE_THROUGHPUT_OPTIMIZED=1), unpinned",
+                  "single",
+                  lambda port, bundle, s: servers.ray_spec(port, bundle, s["max_batch_size"], s["batch_wait_timeout_s"],
+                                                           replicas=2),
+                  tuple({"max_batch_size": b, "batch_wait_timeout_s": t} for b in (8, 32, 64) for t in (0.001, 0.005, 0.02)),
+                  servers.ensure_ray_venv, servers.RAY_PACKAGES, pinned=False),
     "naive-ort": Arm("naive-ort", "FastAPI + onnxruntime, unbatched (one session.run per request)", "single",
                      lambda port, bundle, s: servers.naive_ort_spec(port, bundle), ({},), None, ()),
 }
@@ -144,15 +162,15 @@ def markdown(report: dict) -> str:
         f"# Peers at their best (`{report['command']}`)",
         "",
         f"{report['finished_at']}, {report['machine']}; model `{report['model']}`, {report['concurrency']} "
-        f"closed-loop single-input clients (wrk, core 1), each server pinned to core 0, onnxruntime 1 "
-        f"thread; {report['rounds']} interleaved rounds of {report['duration_s']} s after a "
+        f"closed-loop single-input clients (wrk, core 1), each server pinned to core 0 (arms marked unpinned: "
+        f"server and wrk on both cores), onnxruntime 1 thread per process; {report['rounds']} interleaved rounds of {report['duration_s']} s after a "
         f"{report['warmup_s']} s warm-up, a fresh server per run; {report['wall_s']:.0f} s in all. "
         "Latencies are wrk's closed-loop figures as measured (each connection's wait for its answer, "
         "at the arm's own throughput), not a fixed-rate latency. Only 2xx answers count; a run with any "
         "error is failed and left out.",
         "",
         "| arm | best setting (sweep) | versions | runs ok | median items/s | min | max | median p50 ms "
-        "| median p99 ms | service / arm (median) | spread (min/max .. max/min) |",
+        f"| median p99 ms | {report.get('base', BASE)} / arm (median) | spread (min/max .. max/min) |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, s in report["summary"].items():
@@ -186,10 +204,11 @@ def _measure(arm: Arm, setting: dict, bundle: Path, path: str, body_file: Path, 
     spec = arm.spec(servers.free_port(), bundle, setting)
     started = time.monotonic()
     try:
-        with servers.Server(spec, "0", log_dir) as server:
+        server_cpus, wrk_cpus = ("0", "1") if arm.pinned else (None, None)
+        with servers.Server(spec, server_cpus, log_dir) as server:
             start_s = time.monotonic() - started
-            loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1")
-            run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1")
+            loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, wrk_cpus)
+            run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, wrk_cpus)
         run["start_s"] = round(start_s, 1)
     except (servers.ServerError, loadgen.LoadGeneratorError, subprocess.TimeoutExpired) as error:
         run = {"error": str(error)[-1500:]}
@@ -233,6 +252,7 @@ def main(
     sweep: Annotated[bool, typer.Option(help="sweep each peer's batching settings first")] = True,
     examples: Annotated[int, typer.Option()] = 2000,
     out_dir: Annotated[Path, typer.Option()] = servers.REPO / "bench" / "results" / "peers",
+    base: Annotated[str, typer.Option(help="the arm the others are compared with (service/arm ratios)")] = BASE,
 ) -> None:
     began = time.monotonic()
     # SIGTERM unwinds like Ctrl-C, so every running server is stopped on the way out.
@@ -292,12 +312,12 @@ def main(
             runs.append(run)
             typer.echo(_line(f"round {round_ + 1}/{rounds} {name:9s}", run), err=True)
 
-    summary = summarize(runs, list(arms))
-    argv = " ".join(f"--arm {n}" for n in (arm or []))
+    summary = summarize(runs, list(arms), base)
+    argv = " ".join(f"--arm {n}" for n in (arm or [])) + (f" --base {base}" if base != BASE else "")
     report = {
         "command": f"python -m bench.peers --rounds {rounds} {argv}".strip(),
         "model": model, "dataset": dataset, "task": task, "endpoint": path, "concurrency": concurrency,
-        "rounds": rounds, "duration_s": duration, "warmup_s": warmup, "sweep_duration_s": sweep_duration,
+        "base": base, "rounds": rounds, "duration_s": duration, "warmup_s": warmup, "sweep_duration_s": sweep_duration,
         "machine": f"{_cpu_model()}, {os.cpu_count()} cores",
         "wrk": loadgen.wrk_version(),
         "latency_note": "wrk closed-loop latency percentiles as measured (ms)",

@@ -95,6 +95,16 @@ def service_spec(port: int, repository: Path, model: str, *, max_batch_size: int
     return uvicorn_spec("service", "service.app:create_app", port, env, stack or UvicornOptions())
 
 
+def service_workers_spec(port: int, repository: Path, model: str, *, workers: int, max_batch_size: int,
+                         max_batch_delay_ms: float) -> ServerSpec:
+    """The service as `attserve serve --workers N` runs it (service.workers: a supervisor and N
+    worker processes, each with its own SO_REUSEPORT socket and 1 intra-op thread)."""
+    spec = service_spec(port, repository, model, max_batch_size=max_batch_size,
+                        max_batch_delay_ms=max_batch_delay_ms, intra_op_threads=1)
+    env = {**spec.env, "ATTSERVE_WORKERS": str(workers), "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port)}
+    return ServerSpec("service", port, [sys.executable, "-m", "service"], env)
+
+
 def service_minus_model_spec(port: int, repository: Path, model: str, **settings) -> ServerSpec:
     """The service with a constant answer instead of onnxruntime (bench/service_floor_app.py)."""
     spec = service_spec(port, repository, model, **settings)
@@ -136,11 +146,12 @@ def litserve_spec(port: int, bundle: Path, max_batch_size: int, batch_timeout_s:
     return ServerSpec("litserve", port, argv, env, ready_path="/health", kill_session=True)
 
 
-def ray_spec(port: int, bundle: Path, max_batch_size: int, batch_wait_s: float) -> ServerSpec:
-    """The Ray Serve peer (bench/peer_ray.py) in `.venv-peer-ray`: one replica, 1 CPU."""
+def ray_spec(port: int, bundle: Path, max_batch_size: int, batch_wait_s: float, replicas: int = 1) -> ServerSpec:
+    """The Ray Serve peer (bench/peer_ray.py) in `.venv-peer-ray`: `replicas` replicas of 1 CPU each."""
     argv = [str(RAY_VENV / "bin" / "python"), "-m", "bench.peer_ray", "--host", "127.0.0.1", "--port", str(port)]
     env = {"BENCH_PEER_BUNDLE": str(bundle), "BENCH_PEER_THREADS": "1",
            "BENCH_PEER_MAX_BATCH": str(max_batch_size), "BENCH_PEER_BATCH_WAIT_S": str(batch_wait_s),
+           "BENCH_PEER_REPLICAS": str(replicas),
            "RAY_USAGE_STATS_ENABLED": "0",
            # Ray's documented high-throughput mode (docs.ray.io "Enable High Throughput on Ray
            # Serve"); its HAProxy half needs an haproxy binary this machine lacks.

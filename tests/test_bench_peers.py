@@ -77,3 +77,17 @@ def test_ab_arms_name_a_tree_a_body_file_and_an_app():
     for bad in ("x=.:pairs", "x=.:single:torch", "=.:single", "x="):
         with pytest.raises(typer.BadParameter):
             _arm(bad)
+
+
+def test_the_two_core_arms_run_two_processes_unpinned_and_compare_with_each_other(tmp_path):
+    from bench.peers import ARMS
+
+    workers, ray = ARMS["service-2w"], ARMS["ray-2r"]
+    assert not workers.pinned and not ray.pinned and ARMS["service"].pinned and ARMS["ray"].pinned
+    spec = workers.spec(8123, tmp_path / "bundle", workers.sweep[0])
+    assert spec.env["ATTSERVE_WORKERS"] == "2" and spec.env["ATTSERVE_PORT"] == "8123"
+    assert spec.argv[1:] == ["-m", "service"]  # the supervisor of service.workers, as `attserve serve` runs it
+    assert ray.spec(8123, tmp_path / "bundle", ray.sweep[0]).env["BENCH_PEER_REPLICAS"] == "2"
+    assert ARMS["ray"].spec(8123, tmp_path / "bundle", ARMS["ray"].sweep[0]).env["BENCH_PEER_REPLICAS"] == "1"
+    s = summarize([run("service-2w", 300), run("ray-2r", 100)], ["service-2w", "ray-2r"], base="service-2w")
+    assert s["ray-2r"]["ratio"] == 3.0
