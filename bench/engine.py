@@ -91,7 +91,7 @@ def engine_requests(bundle: Path, bodies: Path, concurrencies: list[int], second
     import asyncio
     from types import SimpleNamespace
 
-    from service.engine import Engine
+    from service.engine import Engine, warm_up
     from service.metrics import Metrics
     from service.runtime import CPU, ModelRuntime
     from service.settings import Settings
@@ -99,7 +99,7 @@ def engine_requests(bundle: Path, bodies: Path, concurrencies: list[int], second
     settings = Settings(model_repository=[bundle.parent], max_batch_size=max_batch_size,
                         max_batch_delay_ms=max_batch_delay_ms, max_queue=4096, intra_op_threads=threads)
     runtime = ModelRuntime.load(bundle, [CPU], threads)
-    runtime.warmup(settings.max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
+    warm_up(runtime, settings)
 
     def requests(name: str) -> list[list]:
         rows = [json.loads(line) for line in (bodies / name).read_text(encoding="utf-8").splitlines() if line]

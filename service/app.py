@@ -30,7 +30,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
-from service.engine import Engine
+from service.engine import Engine, warm_up
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, install_error_handlers
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
@@ -212,10 +212,7 @@ class Service:
         for entry in pending:
             try:
                 entry.runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads)
-                seconds = await asyncio.to_thread(
-                    entry.runtime.warmup, self.settings.max_batch_size, self.settings.max_batch_tokens,
-                    self.settings.call_overhead_tokens,
-                )
+                seconds = await asyncio.to_thread(warm_up, entry.runtime, self.settings)
             except (BundleError, DeviceUnavailable) as exc:
                 self._fail(entry, str(exc))
                 continue

@@ -44,6 +44,13 @@ class Pending:
     futures: list[asyncio.Future]
 
 
+def warm_up(runtime: ModelRuntime, settings: Settings) -> float:
+    """Run every shape the batching policy can produce (settings' max batch size and token
+    budget) once, and measure the cost of a graph call unless configured; seconds taken. The
+    service (before a model is ready) and the bench's in-process engine warm up through here."""
+    return runtime.warmup(settings.max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
+
+
 def _retrieve(future: asyncio.Future) -> None:
     if not future.cancelled():
         future.exception()  # retrieved, so asyncio logs no "exception was never retrieved"

@@ -19,11 +19,11 @@ from test_engine_batching import _verify_inputs
 
 
 def _engine(bundle, **settings):
-    from service.engine import Engine
+    from service.engine import Engine, warm_up
 
-    s = Settings(model_repository=[bundle.parent], **settings)
+    s = Settings(model_repository=[bundle.parent], call_overhead_tokens=0.0, **settings)
     runtime = ModelRuntime.load(bundle, [CPU], 1)
-    runtime.warmup(s.max_batch_size, s.max_batch_tokens, call_overhead_tokens=0.0)
+    warm_up(runtime, s)
     return Engine(runtime, s, Metrics())
 
 
