@@ -17,7 +17,7 @@ own virtualenv with pinned versions (bench.servers *_PACKAGES) and its own batch
    ratio of the service's median to the arm's, and its spread (service min / arm max, service
    max / arm min).
 
-    python -m bench.peers                      # writes bench/results/peers/peers.{json,md}
+    python -m bench.peers                      # writes bench/results/peers/peers.{json,md,png}
     python -m bench.peers --rounds 5 --arm service --arm litserve
 
 The service arm is bench.servers.service_spec with the service's default batching settings
@@ -196,6 +196,38 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(report: dict, path: Path) -> Path:
+    """Each arm's median items/s (bar, min-max whisker) and median p99 (ms, dots, right axis)
+    of the measured rounds, in run order."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, s in report["summary"].items() if s["median_items_per_s"] is not None]
+    summary = [report["summary"][n] for n in names]
+    median = [s["median_items_per_s"] for s in summary]
+    whisker = [[m - s["min"] for m, s in zip(median, summary)], [s["max"] - m for m, s in zip(median, summary)]]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    xs = range(len(names))
+    ax.bar(xs, median, yerr=whisker, capsize=4, color="tab:blue", alpha=0.8, label="median items/s (min-max)")
+    ax.set_xticks(list(xs), names)
+    ax.set_ylabel("items / s")
+    right = ax.twinx()
+    right.plot(list(xs), [s["median_p99_ms"] for s in summary], "o", color="tab:red", label="median p99 (ms)")
+    right.set_yscale("log")
+    right.set_ylabel("p99 latency (ms, log)")
+    (bars, bar_labels), (dots, dot_labels) = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
+    # below the axes, so it hides no bar or dot
+    ax.legend(bars + dots, bar_labels + dot_labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    ax.set_title(f"{report['model']}, {report['concurrency']} clients, {report['rounds']} rounds "
+                 f"({report['finished_at'][:10]})", fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 # --- running ---------------------------------------------------------------------------------
 
 
@@ -332,7 +364,8 @@ def main(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "peers.json").write_text(json.dumps(report, indent=2) + "\n")
     (out_dir / "peers.md").write_text(markdown(report))
-    typer.echo(f"wrote {out_dir / 'peers.json'} and peers.md ({report['wall_s']:.0f} s)", err=True)
+    plot(report, out_dir / "peers.png")
+    typer.echo(f"wrote {out_dir / 'peers.json'}, peers.md and peers.png ({report['wall_s']:.0f} s)", err=True)
 
 
 if __name__ == "__main__":

@@ -91,3 +91,16 @@ def test_the_two_core_arms_run_two_processes_unpinned_and_compare_with_each_othe
     assert ARMS["ray"].spec(8123, tmp_path / "bundle", ARMS["ray"].sweep[0]).env["BENCH_PEER_REPLICAS"] == "1"
     s = summarize([run("service-2w", 300), run("ray-2r", 100)], ["service-2w", "ray-2r"], base="service-2w")
     assert s["ray-2r"]["ratio"] == 3.0
+
+
+def test_the_plot_is_written_and_closed_with_a_failed_arm_left_out(tmp_path):
+    from bench.peers import plot
+
+    runs = [run("service", 100, p99=10), run("service", 120, p99=12), run("peer", 50, p99=40),
+            run("broken", 10, errors=1)]
+    report = {"model": "x", "concurrency": 32, "rounds": 2, "finished_at": "2026-11-25T12:00:00Z",
+              "summary": summarize(runs, ["service", "peer", "broken"])}
+    path = plot(report, tmp_path / "peers.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+    import matplotlib.pyplot as plt  # the figure was closed, not left open
+    assert not plt.get_fignums()
