@@ -206,6 +206,10 @@ def test_committed_ratios_follow_from_their_own_runs() -> None:
     want = {
         "service_single_vs_engine": best(single, "items_per_s") / ceiling[str(r["settings"]["service"]["max_batch_size"])]["items_per_s"],
         "service_batch32_vs_engine": best(batch, "items_per_s") / ceiling["32"]["items_per_s"],
+        "service_single_vs_engine_requests": best(single, "items_per_s")
+        / best(r["engine_requests"][name]["single"], "items_per_s"),
+        "service_batch32_vs_engine_requests": best(batch, "items_per_s")
+        / best(r["engine_requests"][name]["batch32"], "items_per_s"),
         "service_vs_http_floor": best(single, "requests_per_s") / best(floor, "requests_per_s"),
         "service_vs_naive": at(single, c)["requests_per_s"] / at(naive, c)["requests_per_s"],
         "service_vs_peer": at(single, c)["requests_per_s"] / at(peer, c)["requests_per_s"],
