@@ -59,6 +59,8 @@ def test_unknown_words_hash_to_their_own_bucket_across_case_and_batches(tmp_path
     texts = ["cat sat", "Qwerty zebra qwerty", "the mat", "a qwerty cat"]
     plain, described = encoder.encode(texts, 32), encoder.encode(texts, 32, describe=[True] * 4)
     assert plain.ids == described.ids == [encoder.encode([t], 32).ids[0] for t in texts]
+    long_text = "qwerty " * 500  # one text over SHORT_TEXT_CHARS also goes without offsets first
+    assert encoder.encode([long_text], 4).ids[0] == [base + zlib.crc32("qwerty".encode()) % buckets] * 4
     expected = base + zlib.crc32("qwerty".encode()) % buckets  # the documented rule
     assert solo[0] == solo[2] == expected
     assert solo[1] == encoder.tokenizer.token_to_id("zebra")  # a pretrained word keeps its own id
