@@ -83,22 +83,21 @@ def engine_ceiling(runtime, examples: list, batch_sizes: list[int], seconds: flo
     return out
 
 
-def engine_requests(bundle: Path, bodies: Path, concurrencies: list[int], seconds: float, threads: int,
+def engine_requests(runtime, bodies: Path, concurrencies: list[int], seconds: float,
                     max_batch_size: int, max_batch_delay_ms: float) -> dict:
-    """Items per second of `Engine.submit` at each concurrency, for single-item and 32-item
-    requests (the bodies of single.jsonl and batch.jsonl, parsed beforehand), on the event loop
-    the service runs (uvloop), with the service's settings as the bench starts it."""
+    """Items per second of `Engine.submit` on `runtime` at each concurrency, for single-item and
+    32-item requests (the bodies of single.jsonl and batch.jsonl, parsed beforehand), on the
+    event loop the service runs (uvloop), with the service's settings as the bench starts it
+    (warmed up again under them: the ceiling's warm-up used its own batch sizes)."""
     import asyncio
     from types import SimpleNamespace
 
     from service.engine import Engine, warm_up
     from service.metrics import Metrics
-    from service.runtime import CPU, ModelRuntime
     from service.settings import Settings
 
-    settings = Settings(model_repository=[bundle.parent], max_batch_size=max_batch_size,
-                        max_batch_delay_ms=max_batch_delay_ms, max_queue=4096, intra_op_threads=threads)
-    runtime = ModelRuntime.load(bundle, [CPU], threads)
+    settings = Settings(model_repository=[runtime.bundle.path.parent], max_batch_size=max_batch_size,
+                        max_batch_delay_ms=max_batch_delay_ms, max_queue=4096, intra_op_threads=runtime.threads)
     warm_up(runtime, settings)
 
     def requests(name: str) -> list[list]:
@@ -243,8 +242,8 @@ def main() -> None:
         result["ceiling"] = engine_ceiling(runtime, examples, spec["batch_sizes"], spec["seconds"])
         if spec.get("requests"):
             r = spec["requests"]
-            result["requests"] = engine_requests(Path(spec["bundle"]), Path(spec["examples"]), r["concurrencies"],
-                                                 spec["seconds"], threads, r["max_batch_size"], r["max_batch_delay_ms"])
+            result["requests"] = engine_requests(runtime, Path(spec["examples"]), r["concurrencies"], spec["seconds"],
+                                                 r["max_batch_size"], r["max_batch_delay_ms"])
         if spec.get("checkpoint"):
             result["ort_vs_torch"] = ort_vs_torch(runtime, Path(spec["checkpoint"]), examples,
                                                   spec["compare_batch_sizes"], spec["seconds"])

@@ -77,6 +77,9 @@ def _service_spec(port: int, bundle: Path, setting: dict) -> servers.ServerSpec:
 SERVICE_DEFAULT = {"max_batch_size": Settings.model_fields["max_batch_size"].default,
                    "max_batch_delay_ms": Settings.model_fields["max_batch_delay_ms"].default}
 
+# Ray Serve's batching settings tried, for one replica and for two
+RAY_SWEEP = tuple({"max_batch_size": b, "batch_wait_timeout_s": t} for b in (8, 32, 64) for t in (0.001, 0.005, 0.02))
+
 ARMS = {
     "service": Arm("service", "attserve (uvicorn + FastAPI, own batcher)", "single", _service_spec,
                    (SERVICE_DEFAULT,), None, ()),
@@ -90,7 +93,7 @@ ARMS = {
                     servers.ensure_litserve_venv, servers.LITSERVE_PACKAGES),
     "ray": Arm("ray", "Ray Serve (@serve.batch, 1 replica, 1 CPU, RAY_SERVE_THROUGHPUT_OPTIMIZED=1)", "single",
                lambda port, bundle, s: servers.ray_spec(port, bundle, s["max_batch_size"], s["batch_wait_timeout_s"]),
-               tuple({"max_batch_size": b, "batch_wait_timeout_s": t} for b in (8, 32, 64) for t in (0.001, 0.005, 0.02)),
+               RAY_SWEEP,
                servers.ensure_ray_venv, servers.RAY_PACKAGES),
     "service-2w": Arm("service-2w", "attserve, 2 workers (ATTSERVE_WORKERS=2, 1 thread each), unpinned", "single",
                       lambda port, bundle, s: servers.service_workers_spec(
@@ -101,7 +104,7 @@ ARMS = {
                   "single",
                   lambda port, bundle, s: servers.ray_spec(port, bundle, s["max_batch_size"], s["batch_wait_timeout_s"],
                                                            replicas=2),
-                  tuple({"max_batch_size": b, "batch_wait_timeout_s": t} for b in (8, 32, 64) for t in (0.001, 0.005, 0.02)),
+                  RAY_SWEEP,
                   servers.ensure_ray_venv, servers.RAY_PACKAGES, pinned=False),
     "naive-ort": Arm("naive-ort", "FastAPI + onnxruntime, unbatched (one session.run per request)", "single",
                      lambda port, bundle, s: servers.naive_ort_spec(port, bundle), ({},), None, ()),
