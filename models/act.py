@@ -68,6 +68,7 @@ from torch import nn
 from models.base import PAD_ID, NetworkConfig, TextClassifier, register
 from models.layers import (
     classifier_head,
+    cross_entropy,
     masked_max,
     masked_mean,
     masked_softmax,
@@ -317,16 +318,20 @@ class ACTForClassification(TextClassifier):
     def forward(self, input_ids: torch.Tensor, input_mask: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.encode(input_ids, input_mask).features)  # (B, C)
 
+    def label_parameters(self) -> list[str]:
+        return super().label_parameters() + ["class_centers"]
+
     def center_loss(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """0.5 * mean over the batch of ||r_i - c_{y_i}||^2 (Wen et al. 2016)."""
         return 0.5 * (features - self.class_centers[labels]).pow(2).sum(-1).mean()
 
     def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor,
-                      evidence_targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      evidence_targets: torch.Tensor | None = None,
+                      bias_log_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         (input_ids,) = ids
         encoded = self.encode(input_ids, padding_mask(input_ids, PAD_ID))
         logits = self.classifier(encoded.features)
-        loss = F.cross_entropy(logits, labels, label_smoothing=float(self.config.label_smoothing))
+        loss = cross_entropy(logits, labels, float(self.config.label_smoothing), bias_log_probs)
         loss = loss + self.config.center_loss_weight * self.center_loss(encoded.features, labels)
         return loss, logits
 

@@ -49,13 +49,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from models.base import PAD_ID, NetworkConfig, TextClassifier, register
 from models.layers import (
     Conv1dSame,
     classifier_head,
+    cross_entropy,
     masked_max,
     masked_max_with_index,
     masked_mean,
@@ -91,6 +91,7 @@ class AttConvConfig(NetworkConfig):
     # vector, so a word training never saw looks like a seen word that kept its pretrained
     # vector. 0 = one table.
     tuned_vocab_size: int = 0
+    TASK_FIELDS = ("multi_context", "evidence_loss_weight", "evidence_loss_temperature")
 
     @property
     def word_dim(self) -> int:
@@ -331,14 +332,15 @@ class AttConv(AttConvPreTrainedModel):
         return logits, evidence_scores
 
     def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor,
-                      evidence_targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      evidence_targets: torch.Tensor | None = None,
+                      bias_log_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         weight = self.config.evidence_loss_weight
         if self.config.task != "verification" or not weight or evidence_targets is None:
-            return super().training_loss(ids, labels)
+            return super().training_loss(ids, labels, bias_log_probs=bias_log_probs)
         claim_ids, evidence_ids = ids
         logits, _, shares = self.verify_with_evidence_shares(
             claim_ids, padding_mask(claim_ids, PAD_ID), evidence_ids, padding_mask(evidence_ids, PAD_ID))
-        loss = F.cross_entropy(logits, labels, label_smoothing=float(self.config.label_smoothing))
+        loss = cross_entropy(logits, labels, float(self.config.label_smoothing), bias_log_probs)
         known = evidence_targets >= 0  # (B,)
         if bool(known.any()):
             gold_share = shares[known].gather(1, evidence_targets[known].unsqueeze(1)).squeeze(1)  # (N,)

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from models.layers import padding_mask
+from models.layers import cross_entropy, padding_mask
 
 PAD_ID = 0
 
@@ -41,6 +40,9 @@ class NetworkConfig:
     embedding_dim: int = 50
     dropout: float = 0.1
     label_smoothing: float = 0.0
+    # Fields only one task reads (no weights depend on them): a checkpoint trained for another
+    # task may initialise this network when every other field is equal (training.trainer).
+    TASK_FIELDS: ClassVar[tuple[str, ...]] = ()
 
 
 @dataclass(frozen=True)
@@ -87,13 +89,24 @@ class TextClassifier(nn.Module):
         return self(*args)
 
     def training_loss(self, ids: tuple[torch.Tensor, ...], labels: torch.Tensor,
-                      evidence_targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      evidence_targets: torch.Tensor | None = None,
+                      bias_log_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, logits) for one batch. Families with an auxiliary loss (ACT's center loss,
         AttConv's evidence loss) override this; everything else is plain cross-entropy.
-        `evidence_targets` (B,) is the deciding evidence slot per claim, -1 where unknown."""
+        `evidence_targets` (B,) is the deciding evidence slot per claim, -1 where unknown;
+        `bias_log_probs` (B, C) turns the label loss into a product of experts with a bias-only
+        model (models.layers.cross_entropy). The logits returned are the network's own."""
         logits = self.logits_from_ids(*ids)
         smoothing = float(getattr(self.config, "label_smoothing", 0.0))
-        return F.cross_entropy(logits, labels, label_smoothing=smoothing), logits
+        return cross_entropy(logits, labels, smoothing, bias_log_probs), logits
+
+    def label_parameters(self) -> list[str]:
+        """State-dict names of the parameters indexed by label on their first axis (the output
+        layer's weight and bias): what is reordered when weights trained for other labels
+        initialise this network."""
+        outputs = [name for name, module in self.named_modules()
+                   if isinstance(module, nn.Linear) and module.out_features == self.config.num_labels]
+        return [f"{outputs[-1]}.weight", f"{outputs[-1]}.bias"]
 
     def embedding_layers(self) -> list[nn.Embedding]:
         """Word-embedding tables, so training can initialise them from GloVe."""

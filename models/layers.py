@@ -124,5 +124,13 @@ def pair_features(vx: torch.Tensor, vy: torch.Tensor) -> torch.Tensor:
     return torch.cat([vx, vy, vx * vy, (vx - vy).abs()], dim=-1)
 
 
-def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0,
+                  bias_log_probs: torch.Tensor | None = None) -> torch.Tensor:
+    """The label loss every family trains with. With `bias_log_probs` (B, C), the log-probabilities
+    of a bias-only model (e.g. one that sees the hypothesis alone), it is the product-of-experts
+    loss (Clark et al. 2019; He et al. 2019): cross-entropy of logits + log p_bias, so an example
+    the bias already gets right gives the network little gradient and what it learns is what the
+    bias cannot. Only training sees the bias; inference uses the logits alone."""
+    if bias_log_probs is not None:
+        logits = logits + bias_log_probs.to(logits.dtype)  # (B, C)
     return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)

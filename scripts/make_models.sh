@@ -32,8 +32,13 @@ fi
 
 for recipe in "${recipes[@]}"; do
     name="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$recipe")"
+    # a recipe may start from another recipe's checkpoint ([train] init_from; trained earlier in
+    # this loop, recipes/*.toml being in name order)
+    init="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("train", {}).get("init_from", ""))' "$recipe")"
+    train_flags=()
+    if [[ -n "$init" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi
     echo "== ${name}: training ${recipe}" >&2
-    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}"
+    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}" "${train_flags[@]}"
     echo "== ${name}: exporting to ${REPOSITORY}/${name}" >&2
     "${ATTSERVE[@]}" export "${CHECKPOINTS}/${name}" --out "${REPOSITORY}/${name}" "${export_flags[@]}"
     # Model card: in-domain and out-of-domain dev metrics, unknown-token share, the temperature

@@ -35,6 +35,21 @@ def test_export_refuses_an_existing_bundle_without_force(tmp_path):
     assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]
 
 
+def test_train_names_the_checkpoint_a_recipe_starts_from_when_it_is_missing(tmp_path, monkeypatch):
+    """A recipe with [train] init_from starts from checkpoints/<that recipe>; without it, train
+    stops before loading any data and says which recipe to train first."""
+    from cli.main import app
+
+    recipe = (ROOT / "recipes" / "snli-attconv-light.toml").read_text()
+    recipe = recipe.replace("[train]\n", '[train]\ninit_from = "not-trained-yet"\n', 1)
+    (tmp_path / "r.toml").write_text(recipe)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "r.toml"), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "not-trained-yet" in result.output and "train that recipe first" in result.output
+    assert not (tmp_path / "checkpoints").exists()
+
+
 def test_export_with_force_goes_past_the_refusal(tmp_path):
     from cli.main import app
 

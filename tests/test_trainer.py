@@ -520,3 +520,34 @@ def test_init_from_starts_at_the_checkpoint_weights_and_keeps_its_vocabulary(tmp
     wider = make_recipe("classification", model={"embedding_dim": 16, "dropout": 0.0})
     with pytest.raises(ValueError, match="network config differs"):
         train(wider, tmp_path / "wider", progress=False, threads=1, splits=other_data, init_from=tmp_path / "first")
+
+
+def test_an_entailment_checkpoint_starts_a_verification_network_with_its_label_rows(tmp_path):
+    """[train] init_from across tasks: AttConv's verification network shares every weight with the
+    entailment one, so with one evidence sentence and no training (lr ~ 0) it answers what the
+    entailment checkpoint answers for (premise = evidence, hypothesis = claim), its label rows
+    reordered by init_labels; a missing label map or another network shape is refused."""
+    model = {**SMALL["attconv"], "variant": "advanced", "dropout": 0.0}
+    entailment = train(make_recipe("entailment", "attconv-advanced", model, epochs=2), tmp_path / "nli", progress=False,
+                       threads=1, splits=make_splits("entailment"))
+    rows = {"SUPPORTS": "entailment", "REFUTES": "contradiction", "NOT ENOUGH INFO": "neutral"}
+    recipe = make_recipe("verification", "attconv-advanced", {**model, "evidence_loss_weight": 0.5}, lr=1e-12,
+                         init_from="nli", init_labels=rows)
+    claims = make_splits("verification", seed=3)
+    verifier = train(recipe, tmp_path / "ver", progress=False, threads=1, splits=claims, init_from=tmp_path / "nli").network
+
+    one_evidence = [ClaimExample(e.claim, e.evidence[:1], e.label) for e in claims.test]
+    pairs = [PairExample(e.evidence[0], e.claim, "neutral") for e in one_evidence]
+    with torch.no_grad():
+        verified = verifier.logits_from_ids(*encoded_inputs(tmp_path / "ver", one_evidence))
+        entailed = entailment.network.logits_from_ids(*encoded_inputs(tmp_path / "nli", pairs))
+    order = [make_splits("entailment").labels.index(rows[label]) for label in claims.labels]
+    assert torch.allclose(verified, entailed[:, order], atol=1e-5)
+    assert not torch.allclose(verified, entailed, atol=1e-3)  # the reordering is real
+
+    with pytest.raises(ValueError, match="init_labels"):
+        train(make_recipe("verification", "attconv-advanced", model, init_from="nli"), tmp_path / "unmapped",
+              progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")
+    with pytest.raises(ValueError, match="network config differs"):
+        train(make_recipe("verification", "attconv-advanced", {**model, "hidden_dim": 8}, init_labels=rows),
+              tmp_path / "narrow", progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")

@@ -70,6 +70,13 @@ def train(
         embeddings = EmbeddingsSection.model_validate({**loaded.embeddings.model_dump(), "glove_file": str(glove_file)})
         loaded = loaded.model_copy(update={"embeddings": embeddings})
     out = out or Path("checkpoints") / loaded.name
+    if init_from is None and loaded.train.init_from:
+        # the recipe starts from another recipe's checkpoint, found where `train` writes it by default
+        init_from = Path("checkpoints") / loaded.train.init_from
+        if not (init_from / "model.safetensors").is_file():
+            raise typer.BadParameter(
+                f"{loaded.name} starts from the checkpoint of recipe {loaded.train.init_from!r}, not found at {init_from}: "
+                f"train that recipe first, or pass its checkpoint directory", param_hint="--init-from")
     result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from)
     _print_metrics(f"{loaded.name}: dev (best, epoch {result.best_epoch})", result.dev)
     _print_metrics(f"{loaded.name}: test", result.test)

@@ -188,6 +188,16 @@ class TrainSection(_Strict):
     # accuracy; "dev+ood" = mean of it and the mean accuracy on the task's out-of-domain dev sets
     # (training.ood; evaluated, never trained on; falls back to "dev" where they are absent).
     select_on: Literal["dev", "dev+ood"] = "dev"
+    # "statement-only": product-of-experts training with a hypothesis/claim-only TF-IDF + LR
+    # model (training.debias), so the network is paid for what the statement alone cannot tell.
+    # Pair tasks only; inference is unchanged.
+    debias: Literal["none", "statement-only"] = "none"
+    # Start from the checkpoint of another recipe (its name; `attserve train --init-from
+    # checkpoints/NAME`, which scripts/make_models.sh passes) instead of GloVe: same architecture
+    # and vocabulary, possibly another task. `init_labels` maps each label of this recipe's data
+    # to the checkpoint label whose output row it starts from (needed when the labels differ).
+    init_from: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    init_labels: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _momentum_for_sgd(self) -> "TrainSection":

@@ -109,6 +109,8 @@ class EncodedExamples:
     # (N,) int64 index of the deciding evidence sentence (ClaimExample.gold_evidence), -1 where
     # unknown or cut by max_evidence; None for tasks without evidence
     evidence_targets: np.ndarray | None = None
+    # (N, C) float32 log-probabilities of a bias-only model (training.debias), train split only
+    bias_log_probs: np.ndarray | None = None
 
     @classmethod
     def encode(
@@ -160,10 +162,11 @@ class EncodedExamples:
         return tuple(ids), torch.from_numpy(self.labels[np.asarray(indices)]).to(device, non_blocking=True)
 
     def targets(self, indices: Sequence[int], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-        """Auxiliary training targets for `network.training_loss` (evidence_targets for claims)."""
-        if self.evidence_targets is None:
-            return {}
-        return {"evidence_targets": torch.from_numpy(self.evidence_targets[np.asarray(indices)]).to(device, non_blocking=True)}
+        """Auxiliary training inputs for `network.training_loss`: evidence_targets for claims,
+        bias_log_probs under product-of-experts training."""
+        rows = np.asarray(indices)
+        found = {"evidence_targets": self.evidence_targets, "bias_log_probs": self.bias_log_probs}
+        return {name: torch.from_numpy(array[rows]).to(device, non_blocking=True) for name, array in found.items() if array is not None}
 
 
 def bucketed_batches(costs: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -403,9 +406,13 @@ def _check_length_limits(recipe: Recipe, network: TextClassifier) -> None:
             raise ValueError(f"{recipe.name}: max_lengths {over} exceed the network's max_length {limit}")
 
 
-def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | Path) -> None:
+def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | Path, labels: Sequence[str],
+                          init_labels: dict[str, str] | None = None) -> None:
     """Copy a checkpoint's weights into `network`, refusing one built for another vocabulary or
-    network shape (its rows would mean other words)."""
+    network shape (its rows would mean other words). A checkpoint of another task (an entailment
+    network starting a verification one) is accepted when the configs differ only in the task and
+    the fields one task alone reads; `init_labels` maps each of `labels` to the checkpoint label
+    whose output row it starts from."""
     from safetensors.torch import load_file
 
     from training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
@@ -415,9 +422,24 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     if Tokenizer.from_file(str(checkpoint_dir / TOKENIZER_FILE)).get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"{checkpoint_dir}: its tokenizer vocabulary differs from the one training uses; cannot start from it")
     saved = json.loads((checkpoint_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    if saved.get("network") != json.loads(json.dumps(config_to_dict(saved.get("architecture"), network.config))):
+    wanted = json.loads(json.dumps(config_to_dict(saved.get("architecture"), network.config)))
+    ignored = {"task", *network.config.TASK_FIELDS} if saved["network"]["config"]["task"] != network.config.task else set()
+
+    def comparable(payload: dict[str, Any]) -> dict[str, Any]:
+        return {**payload, "config": {k: v for k, v in payload["config"].items() if k not in ignored}}
+
+    if saved.get("network") is None or comparable(saved["network"]) != comparable(wanted):
         raise ValueError(f"{checkpoint_dir}: its network config differs from the recipe's; cannot start from it")
-    network.load_state_dict(load_file(str(checkpoint_dir / WEIGHTS_FILE)), strict=True)
+    saved_labels = list(saved["labels"])
+    mapping = dict(init_labels or {label: label for label in labels})
+    if sorted(mapping) != sorted(labels) or not set(mapping.values()) <= set(saved_labels):
+        raise ValueError(f"{checkpoint_dir}: its labels {saved_labels} do not give a row for each of {list(labels)}; "
+                         "set [train] init_labels (this label -> the checkpoint's label)")
+    state = load_file(str(checkpoint_dir / WEIGHTS_FILE))
+    rows = torch.tensor([saved_labels.index(mapping[label]) for label in labels])
+    for name in network.label_parameters():
+        state[name] = state[name][rows]  # (C, ...) in this training's label order
+    network.load_state_dict(state, strict=True)
     log.info("initial weights loaded", extra={"checkpoint": str(checkpoint_dir)})
 
 
@@ -475,6 +497,14 @@ def train(
         return EncodedExamples.encode(encoder, examples, labels, limits.max_lengths, limits.max_evidence)
 
     train_data, dev_data, test_data = encode(train_examples), encode(splits.dev), encode(splits.test)
+    bias = None
+    if cfg.debias == "statement-only":
+        if splits.task == "classification":
+            raise ValueError(f"{recipe.name}: debias = \"statement-only\" needs a pair task, not classification")
+        from training.debias import statement_only_prior
+
+        bias = statement_only_prior(train_examples, labels, cfg.seed)
+        train_data.bias_log_probs = bias.log_probs
     ood_data = []  # (OodSet, its encoded examples): selection and reporting only, never training
     if cfg.select_on == "dev+ood":
         from training.ood import ood_sets
@@ -500,7 +530,7 @@ def train(
         )
         del vectors
     if init_from is not None:
-        _load_initial_weights(network, tokenizer, init_from)
+        _load_initial_weights(network, tokenizer, init_from, labels, cfg.init_labels)
     network.to(target)
     params = [p for p in network.parameters() if p.requires_grad]
     log.info(
@@ -654,7 +684,13 @@ def train(
         architecture=recipe.model.architecture,
         max_lengths=dict(limits.max_lengths),
         max_evidence=limits.max_evidence if splits.task == "verification" else None,
-        metrics={"dev": dev_metrics, "test": test_metrics, **({"ood_dev": ood_metrics} if ood_metrics else {})},
+        metrics={
+            "dev": dev_metrics,
+            "test": test_metrics,
+            **({"ood_dev": ood_metrics} if ood_metrics else {}),
+            # how much of the train split the statement alone gets right (out of fold)
+            **({"statement_only_bias": {"accuracy": bias.accuracy, "majority": bias.majority}} if bias else {}),
+        },
         data_checksums=dict(splits.checksums),
         recipe=recipe.model_dump(mode="json"),
         description=recipe.description or splits.description,
