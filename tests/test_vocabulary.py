@@ -300,6 +300,77 @@ def test_a_bundle_gains_pretrained_words_after_export_with_the_network_unchanged
     assert (bundle / "model.onnx").read_bytes() == before
 
 
+def test_a_checkpoint_starts_training_with_fewer_pretrained_words(tmp_path, monkeypatch):
+    """[train] init_from with a smaller [tokenizer] pretrained_vocab: the checkpoint's vocabulary is
+    cut to its first pretrained-only words (every kept word keeps its id, the rest hash into the
+    buckets) and its tables to those rows; with no training (lr ~ 0) the network answers what the
+    checkpoint answers on the kept words."""
+    from tests.test_trainer import make_splits
+    from training.checkpoint import load_checkpoint
+    from training.tokenizer import cut_pretrained, pretrained_count
+    from training.trainer import train
+
+    unseen = ["zebra", "quokka", "okapi", "ibex"]
+    train_words, _, _, recipe = _train_two_channel(tmp_path / "full", monkeypatch, unseen, pretrained_vocab=4, epochs=1)
+    full = TextEncoder.from_file(tmp_path / "full" / "tokenizer.json")
+    assert pretrained_count(full.tokenizer) == 4
+    cut = cut_pretrained(full.tokenizer, 1)
+    assert pretrained_count(cut) == 1 and cut.get_vocab_size() == full.vocab_size - 3
+    assert {t: i for t, i in full.tokenizer.get_vocab().items() if t in cut.get_vocab()} == cut.get_vocab()
+    encoded = [int(i) for i in TextEncoder(cut).encode(["zebra okapi okapi"], 8).ids[0]]
+    assert encoded[0] == full.tokenizer.token_to_id("zebra")
+    assert encoded[1] == encoded[2] and encoded[1] >= TextEncoder(cut).oov_base  # a bucket, its own
+
+    smaller = recipe.model_copy(update={
+        "tokenizer": recipe.tokenizer.model_copy(update={"pretrained_vocab": 1}),
+        "train": recipe.train.model_copy(update={"lr": 1e-12, "init_from": "full"}),
+    })
+    tuned = train(smaller, tmp_path / "cut", progress=False, threads=1, splits=make_splits("entailment"),
+                  init_from=tmp_path / "full").network
+    assert TextEncoder.from_file(tmp_path / "cut" / "tokenizer.json").tokenizer.get_vocab() == cut.get_vocab()
+    original, _ = load_checkpoint(tmp_path / "full")
+    assert torch.equal(tuned.embeddings.weight, original.embeddings.weight[: cut.get_vocab_size()])
+    vocab = cut.get_vocab()
+    ids = torch.tensor([[vocab["zebra"], vocab[train_words[0]], vocab[train_words[2]]]])
+    with torch.no_grad():
+        assert torch.allclose(tuned.logits_from_ids(ids, ids[:, :2]), original.logits_from_ids(ids, ids[:, :2]), atol=1e-6)
+
+
+def test_a_bundle_turns_back_into_the_checkpoint_it_was_exported_from(tmp_path, monkeypatch):
+    """scripts/bundle_to_checkpoint.py: every weight comes back (float16 tables as the float32 of
+    their float16 values), the rebuilt checkpoint answers what the bundle answers, and a recipe
+    with other sizes is refused."""
+    from export.bundle import write_bundle
+    from scripts.bundle_to_checkpoint import convert
+    from tests.test_trainer import encoded_inputs, make_splits
+    from training.checkpoint import load_checkpoint
+
+    _, _, _, recipe = _train_two_channel(tmp_path / "ckpt", monkeypatch, ["zebra", "quartz"], pretrained_vocab=7, epochs=1)
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    config["recipe"]["embeddings"]["export_dtype"] = "float16"
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
+    original, _ = load_checkpoint(tmp_path / "ckpt")
+    write_bundle(tmp_path / "ckpt", tmp_path / "bundle")
+
+    report = convert(tmp_path / "bundle", recipe, tmp_path / "back")
+    assert report["parity_max_abs_diff"] < 1e-4
+    rebuilt, meta = load_checkpoint(tmp_path / "back")
+    assert meta.labels == config["labels"] and meta.max_lengths == config["max_lengths"]
+    before, after = original.state_dict(), rebuilt.state_dict()
+    assert sorted(before) == sorted(after)
+    for name in before:
+        expected = before[name].half().float() if name.endswith("embeddings.weight") else before[name]
+        assert torch.equal(after[name], expected), name
+    pairs = make_splits("entailment").test
+    with torch.no_grad():
+        ids = encoded_inputs(tmp_path / "back", pairs)
+        assert torch.allclose(rebuilt.logits_from_ids(*ids), original.logits_from_ids(*ids), atol=1e-2)
+
+    wider = recipe.model_copy(update={"model": recipe.model.model_copy(update={"hidden_dim": 16})})
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        convert(tmp_path / "bundle", wider, tmp_path / "wrong")
+
+
 def test_a_tuned_table_gains_words_only_when_its_rows_stayed_near_the_vectors(tmp_path):
     """--tuned-rows: a bundle with one fine-tuned table and no buckets. Refused without the flag,
     and refused when its rows moved away from the vectors; else old ids keep their logits."""

@@ -97,6 +97,23 @@ def trainable_rows(tokenizer: Tokenizer) -> int:
     return encoder.oov_base + encoder.oov_buckets
 
 
+def pretrained_count(tokenizer: Tokenizer) -> int:
+    """How many pretrained-only words the vocabulary appends (0 without buckets)."""
+    from service.tokenization import TextEncoder
+
+    return tokenizer.get_vocab_size() - trainable_rows(tokenizer) if TextEncoder(tokenizer).oov_buckets else 0
+
+
+def cut_pretrained(tokenizer: Tokenizer, max_pretrained: int) -> Tokenizer:
+    """The same tokenizer with only its first `max_pretrained` pretrained-only words (a prefix of
+    the vocabulary: every kept word keeps its id; the rest now hash into the [OOV] buckets).
+    A network whose pretrained-only rows stayed frozen in training is then exactly the network
+    that would have been trained with the smaller vocabulary."""
+    keep = trainable_rows(tokenizer) + max_pretrained
+    vocab = {token: index for token, index in tokenizer.get_vocab().items() if index < keep}
+    return _with_text_rules(Tokenizer(WordLevel(vocab=vocab, unk_token=UNK_TOKEN)))
+
+
 def producible(tokenizer: Tokenizer, word: str) -> bool:
     """Whether the normaliser and pre-tokeniser can turn some text into exactly this token
     (GloVe's "u.s." or "'s" cannot: punctuation is split off)."""

@@ -406,6 +406,15 @@ def _check_length_limits(recipe: Recipe, network: TextClassifier) -> None:
             raise ValueError(f"{recipe.name}: max_lengths {over} exceed the network's max_length {limit}")
 
 
+def _initial_tokenizer(checkpoint_dir: str | Path, pretrained_vocab: int) -> Tokenizer:
+    from training.tokenizer import cut_pretrained, pretrained_count
+
+    tokenizer = Tokenizer.from_file(str(Path(checkpoint_dir) / TOKENIZER_FILE))
+    if 0 < pretrained_vocab < pretrained_count(tokenizer):
+        tokenizer = cut_pretrained(tokenizer, pretrained_vocab)
+    return tokenizer
+
+
 def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | Path, labels: Sequence[str],
                           init_labels: dict[str, str] | None = None) -> None:
     """Copy a checkpoint's weights into `network`, refusing one built for another vocabulary or
@@ -419,16 +428,22 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     from models import config_to_dict
 
     checkpoint_dir = Path(checkpoint_dir)
-    if Tokenizer.from_file(str(checkpoint_dir / TOKENIZER_FILE)).get_vocab() != tokenizer.get_vocab():
+    vocab = tokenizer.get_vocab()
+    saved_vocab = Tokenizer.from_file(str(checkpoint_dir / TOKENIZER_FILE)).get_vocab()
+    # the same vocabulary, or its first rows (training.tokenizer.cut_pretrained)
+    if {token: index for token, index in saved_vocab.items() if index < len(vocab)} != vocab:
         raise ValueError(f"{checkpoint_dir}: its tokenizer vocabulary differs from the one training uses; cannot start from it")
     saved = json.loads((checkpoint_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     wanted = json.loads(json.dumps(config_to_dict(saved.get("architecture"), network.config)))
-    ignored = {"task", *network.config.TASK_FIELDS} if saved["network"]["config"]["task"] != network.config.task else set()
+    if saved.get("network") is None:
+        raise ValueError(f"{checkpoint_dir}: config.json has no network; cannot start from it")
+    # the vocabulary was compared above; another task may differ in the fields only one task reads
+    ignored = {"vocab_size"} | ({"task", *network.config.TASK_FIELDS} if saved["network"]["config"]["task"] != network.config.task else set())
 
     def comparable(payload: dict[str, Any]) -> dict[str, Any]:
         return {**payload, "config": {k: v for k, v in payload["config"].items() if k not in ignored}}
 
-    if saved.get("network") is None or comparable(saved["network"]) != comparable(wanted):
+    if comparable(saved["network"]) != comparable(wanted):
         raise ValueError(f"{checkpoint_dir}: its network config differs from the recipe's; cannot start from it")
     saved_labels = list(saved["labels"])
     mapping = dict(init_labels or {label: label for label in labels})
@@ -436,6 +451,9 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
         raise ValueError(f"{checkpoint_dir}: its labels {saved_labels} do not give a row for each of {list(labels)}; "
                          "set [train] init_labels (this label -> the checkpoint's label)")
     state = load_file(str(checkpoint_dir / WEIGHTS_FILE))
+    for name, module in network.named_modules():
+        if module in network.embedding_layers():
+            state[f"{name}.weight"] = state[f"{name}.weight"][: len(vocab)]  # (V, E): the kept words' rows
     rows = torch.tensor([saved_labels.index(mapping[label]) for label in labels])
     for name in network.label_parameters():
         state[name] = state[name][rows]  # (C, ...) in this training's label order
@@ -481,8 +499,9 @@ def train(
     limits = recipe.limits
 
     vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
-    # Fine-tuning keeps the checkpoint's vocabulary: its embedding rows are indexed by it.
-    tokenizer = Tokenizer.from_file(str(Path(init_from) / TOKENIZER_FILE)) if init_from is not None else build_tokenizer(
+    # Fine-tuning keeps the checkpoint's vocabulary (its embedding rows are indexed by it), cut to
+    # the recipe's pretrained_vocab when that is smaller (a bundle size budget).
+    tokenizer = _initial_tokenizer(init_from, recipe.tokenizer.pretrained_vocab) if init_from is not None else build_tokenizer(
         (text for example in train_examples for text in texts_of(example)),
         min_frequency=recipe.tokenizer.min_frequency,
         max_vocab=recipe.tokenizer.max_vocab,

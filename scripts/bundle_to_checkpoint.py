@@ -1,0 +1,83 @@
+"""Turn a shipped bundle back into a training checkpoint, to fine-tune it when only the bundle is at hand.
+
+The bundle's ONNX graph holds every weight under its PyTorch name (`network.<parameter>`; tables
+stored as float16 carry a `__fp16` suffix and are widened back to float32, exactly what the graph
+computes with). The bundle's config.json does not record the network's sizes, so they come from
+the recipe the bundle was trained from. Before anything is written, the rebuilt PyTorch network
+must reproduce the bundle's graph on export's random parity batches within export's tolerance.
+
+    python scripts/bundle_to_checkpoint.py model_repository/snli-attconv-advanced \\
+        recipes/snli-attconv-advanced.toml --out checkpoints/snli-attconv-advanced
+
+The checkpoint's metrics are the bundle's; it has no parity examples (export draws random
+batches alone then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from export.parity import assert_parity, check_parity  # noqa: E402
+from models import build_network  # noqa: E402
+from training.checkpoint import make_meta, save_checkpoint  # noqa: E402
+from training.recipes import Recipe, load_recipe  # noqa: E402
+
+PREFIX, FP16_SUFFIX = "network.", "__fp16"
+
+
+def bundle_weights(model_path: Path) -> dict[str, torch.Tensor]:
+    """The graph's PyTorch parameters by state-dict name, as float32."""
+    weights = {}
+    for init in onnx.load(str(model_path)).graph.initializer:
+        if init.name.startswith(PREFIX):
+            name = init.name[len(PREFIX):].removesuffix(FP16_SUFFIX)
+            weights[name] = torch.from_numpy(numpy_helper.to_array(init).astype(np.float32))
+    return weights
+
+
+def convert(bundle: Path, recipe: Recipe, out: Path) -> dict:
+    config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
+    if recipe.model.architecture != config["architecture"]:
+        raise ValueError(f"recipe {recipe.name} trains {recipe.model.architecture}, the bundle is {config['architecture']}")
+    weights = bundle_weights(bundle / "model.onnx")
+    sizes = {"vocab_size": weights["embeddings.weight"].shape[0], "num_labels": len(config["labels"])}
+    if "tuned_embeddings.weight" in weights:
+        sizes["tuned_vocab_size"] = weights["tuned_embeddings.weight"].shape[0]
+    network = build_network(config["architecture"], task=config["task"], **recipe.model.overrides, **sizes)
+    network.load_state_dict(weights, strict=True)  # every parameter, no more: the recipe matches the graph
+    network.eval()
+    parity = check_parity(network, bundle / "model.onnx", config["max_lengths"], config.get("max_evidence"))
+    assert_parity(parity)
+    meta = make_meta(
+        config["name"], network, list(config["labels"]), architecture=config["architecture"],
+        max_lengths=dict(config["max_lengths"]), max_evidence=config.get("max_evidence"),
+        metrics=config.get("metrics", {}), data_checksums=config.get("data_checksums", {}),
+        recipe=recipe.model_dump(mode="json"),
+        description=config.get("description", "") + f" (rebuilt from bundle {config['name']} version {config['version']})",
+    )
+    save_checkpoint(out, network, meta, bundle / "tokenizer.json")
+    return {"checkpoint": str(out), "bundle": str(bundle), "version": config["version"],
+            "parity_max_abs_diff": parity.max_abs_diff, "parity_examples": parity.examples, **sizes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("recipe", type=Path, help="the recipe the bundle was trained from (network sizes)")
+    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
+    args = parser.parse_args()
+    print(json.dumps(convert(args.bundle, load_recipe(args.recipe), args.out), indent=2))
+
+
+if __name__ == "__main__":
+    main()
