@@ -106,7 +106,7 @@ def write_bundle_from_network(
         step("checking parity with PyTorch")
         parity = check_parity(network, model_path, max_lengths, max_evidence, examples, encoder,
                               explanation=explanation)
-        assert_parity(parity, tolerance)
+        assert_parity(parity, tolerance, network.evidence_score_step())
 
         if variants:
             step("building and measuring variants")

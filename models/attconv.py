@@ -326,6 +326,11 @@ class AttConv(AttConvPreTrainedModel):
         # the paper models the hypothesis (tx) with the premise as its context (ty)
         return self.classifier(self.pair_vector(hypothesis, hypothesis_mask, premise, premise_mask))
 
+    def evidence_score_step(self) -> float:
+        # context-wise: a score is the share of the hidden_dim claim dimensions a slot wins
+        wise = self.config.task == "verification" and self.config.multi_context == "wise"
+        return 1.0 / self.config.hidden_dim if wise else 0.0
+
     def verify(self, claim_ids: torch.Tensor, claim_mask: torch.Tensor, evidence_ids: torch.Tensor,
                evidence_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits, evidence_scores, _ = self.verify_with_evidence_shares(claim_ids, claim_mask, evidence_ids, evidence_mask)

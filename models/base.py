@@ -100,6 +100,12 @@ class TextClassifier(nn.Module):
         smoothing = float(getattr(self.config, "label_smoothing", 0.0))
         return cross_entropy(logits, labels, smoothing, bias_log_probs), logits
 
+    def evidence_score_step(self) -> float:
+        """The smallest change of a discrete evidence score (0 where evidence_scores are
+        continuous): export's parity check allows one such step, as a near-tie in float rounding
+        may go either way in another runtime."""
+        return 0.0
+
     def label_parameters(self) -> list[str]:
         """State-dict names of the parameters indexed by label on their first axis (the output
         layer's weight and bias): what is reordered when weights trained for other labels

@@ -57,7 +57,7 @@ def convert(bundle: Path, recipe: Recipe, out: Path) -> dict:
     network.load_state_dict(weights, strict=True)  # every parameter, no more: the recipe matches the graph
     network.eval()
     parity = check_parity(network, bundle / "model.onnx", config["max_lengths"], config.get("max_evidence"))
-    assert_parity(parity)
+    assert_parity(parity, evidence_step=network.evidence_score_step())
     meta = make_meta(
         config["name"], network, list(config["labels"]), architecture=config["architecture"],
         max_lengths=dict(config["max_lengths"]), max_evidence=config.get("max_evidence"),

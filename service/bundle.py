@@ -101,6 +101,9 @@ class Parity(BaseModel):
     vocabulary_extended: VocabularyExtension | None = None
     # the explanation output against the same tensor in PyTorch (export.explanations)
     explanation_max_abs_diff: float | None = None
+    # verification: evidence_scores, apart from the logits (max_abs_diff); bundles exported before
+    # this field have both outputs in max_abs_diff
+    evidence_max_abs_diff: float | None = None
 
 
 class Calibration(BaseModel):

@@ -315,6 +315,34 @@ def test_parity_failure_aborts_and_leaves_no_bundle(checkpoints, tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_parity_allows_one_near_tie_step_in_discrete_evidence_scores_and_no_more():
+    """Context-wise evidence_scores count the claim dimensions each evidence slot wins, so a near-tie
+    that float rounding settles differently in onnxruntime moves two slots by 1/hidden_dim. Parity
+    allows that one step on evidence_scores, never on the logits."""
+    from service.bundle import Parity
+
+    network = build_network("attconv-advanced", task="verification", vocab_size=50, num_labels=3, hidden_dim=300,
+                            multi_context="wise")
+    step = network.evidence_score_step()
+    assert step == pytest.approx(1 / 300)
+    assert build_network("attconv-advanced", task="verification", vocab_size=50, num_labels=3,
+                         multi_context="conc").evidence_score_step() == 0.0  # attention mass: continuous
+
+    diff = parity_module.OutputDiff()
+    logits = np.array([[1.0, 0.0, 0.0]])
+    diff.update([logits, np.array([[0.5, 0.5]])], [logits + 2e-6, np.array([[0.5 + step, 0.5 - step]])])
+    assert diff.max_abs_diff == pytest.approx(2e-6) and diff.evidence_max_abs_diff == pytest.approx(step)
+    one_flip = Parity(max_abs_diff=diff.max_abs_diff, evidence_max_abs_diff=diff.evidence_max_abs_diff,
+                      argmax_mismatches=0, examples=1)
+    parity_module.assert_parity(one_flip, evidence_step=step)
+    with pytest.raises(ParityError, match="evidence_scores"):
+        parity_module.assert_parity(one_flip)  # continuous scores: 1/300 is a real difference
+    with pytest.raises(ParityError, match="evidence_scores"):
+        parity_module.assert_parity(one_flip.model_copy(update={"evidence_max_abs_diff": 2 * step + 1e-4}), evidence_step=step)
+    with pytest.raises(ParityError, match=r"max \|diff\|"):
+        parity_module.assert_parity(one_flip.model_copy(update={"max_abs_diff": step}), evidence_step=step)
+
+
 def test_failed_export_keeps_the_existing_bundle(bundles, checkpoints, tmp_path, monkeypatch):
     target = Path(shutil.copytree(bundles["classification"], tmp_path / "served"))
     before = {p.name: sha256_file(p) for p in target.iterdir()}
