@@ -29,8 +29,9 @@ SHIPPED = {"snli-attconv-advanced", "snli-attconv-light", "snli-abcnn3", "snli-v
 SCORE_TOLERANCE = 6e-5  # README rounds to 4 decimals; onnxruntime CPU builds may differ in the last ulp
 
 # (claim, evidence, label) the default /verify model must answer. Chosen before comparing the
-# candidate models; the retrained model (recipes/snli-verification-attconv.toml) failed the
-# first, third and sixth, the shipped one passes all of these.
+# candidate models; every model trained on the current verification set failed the first and
+# sixth (the recipe, from GloVe or from the /entailment checkpoint, the third too), the shipped
+# one passes all of these.
 VERIFY_BEHAVIOUR = [
     ("A dog is running in the snow.", ["Two people sit at a cafe table.", "A brown dog runs through deep snow.", "A child paints a fence."], "SUPPORTS"),
     ("A dog is running in the snow.", ["A brown dog runs through deep snow."], "SUPPORTS"),
