@@ -15,6 +15,10 @@ from models.base import TASKS, IdsOnly, TextClassifier
 OPSET = 18
 log = logging.getLogger(__name__)
 
+# suffix of a float16 copy of a table and of the nodes that read it (store_embeddings_fp16);
+# scripts/bundle_to_checkpoint.py strips it to find the PyTorch parameter again
+FP16_SUFFIX = "__fp16"
+
 
 def example_ids(task: str, vocab_size: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Example inputs for tracing. Every axis gets a distinct size >= 2 so the exporter cannot
@@ -76,9 +80,9 @@ def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> in
         if node.op_type == "Gather" and node.input[0] in tables:
             name = node.input[0]
             converted.add(name)
-            half_out = f"{node.output[0]}__fp16"
-            nodes.append(helper.make_node("Gather", [f"{name}__fp16", node.input[1]], [half_out],
-                                          name=f"{node.name}__fp16", axis=next((a.i for a in node.attribute if a.name == "axis"), 0)))
+            half_out = f"{node.output[0]}{FP16_SUFFIX}"
+            nodes.append(helper.make_node("Gather", [f"{name}{FP16_SUFFIX}", node.input[1]], [half_out],
+                                          name=f"{node.name}{FP16_SUFFIX}", axis=next((a.i for a in node.attribute if a.name == "axis"), 0)))
             nodes.append(helper.make_node("Cast", [half_out], [node.output[0]], name=f"{node.name}__cast",
                                           to=onnx.TensorProto.FLOAT))
         else:
@@ -91,7 +95,7 @@ def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> in
     for name in converted:
         table = tables[name]
         graph.initializer.remove(table)
-        graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), f"{name}__fp16"))
+        graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), f"{name}{FP16_SUFFIX}"))
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     log.info("embeddings stored as float16", extra={"path": str(path), "tables": len(converted)})

@@ -27,12 +27,13 @@ from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from export.onnx_graph import FP16_SUFFIX  # noqa: E402
 from export.parity import assert_parity, check_parity  # noqa: E402
 from models import build_network  # noqa: E402
 from training.checkpoint import make_meta, save_checkpoint  # noqa: E402
 from training.recipes import Recipe, load_recipe  # noqa: E402
 
-PREFIX, FP16_SUFFIX = "network.", "__fp16"
+PREFIX = "network."  # export wraps the network in models.IdsOnly as `network`
 
 
 def bundle_weights(model_path: Path) -> dict[str, torch.Tensor]:

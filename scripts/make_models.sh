@@ -31,10 +31,10 @@ fi
 "${ATTSERVE[@]}" data
 
 for recipe in "${recipes[@]}"; do
-    name="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$recipe")"
-    # a recipe may start from another recipe's checkpoint ([train] init_from; trained earlier in
-    # this loop, recipes/*.toml being in name order)
-    init="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("train", {}).get("init_from", ""))' "$recipe")"
+    # the recipe's name, and the recipe whose checkpoint it starts from ([train] init_from; trained
+    # earlier in this loop, recipes/*.toml being in name order), if any
+    fields="$(python -c 'import sys, tomllib; r = tomllib.load(open(sys.argv[1], "rb")); print(r["name"], r.get("train", {}).get("init_from", ""))' "$recipe")"
+    read -r name init <<< "$fields"
     train_flags=()
     if [[ -n "$init" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi
     echo "== ${name}: training ${recipe}" >&2

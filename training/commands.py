@@ -73,7 +73,9 @@ def train(
     if init_from is None and loaded.train.init_from:
         # the recipe starts from another recipe's checkpoint, found where `train` writes it by default
         init_from = Path("checkpoints") / loaded.train.init_from
-        if not (init_from / "model.safetensors").is_file():
+        from training.checkpoint import WEIGHTS_FILE
+
+        if not (init_from / WEIGHTS_FILE).is_file():
             raise typer.BadParameter(
                 f"{loaded.name} starts from the checkpoint of recipe {loaded.train.init_from!r}, not found at {init_from}: "
                 f"train that recipe first, or pass its checkpoint directory", param_hint="--init-from")

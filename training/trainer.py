@@ -451,8 +451,9 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
         raise ValueError(f"{checkpoint_dir}: its labels {saved_labels} do not give a row for each of {list(labels)}; "
                          "set [train] init_labels (this label -> the checkpoint's label)")
     state = load_file(str(checkpoint_dir / WEIGHTS_FILE))
+    tables = network.embedding_layers()
     for name, module in network.named_modules():
-        if module in network.embedding_layers():
+        if module in tables:
             state[f"{name}.weight"] = state[f"{name}.weight"][: len(vocab)]  # (V, E): the kept words' rows
     rows = torch.tensor([saved_labels.index(mapping[label]) for label in labels])
     for name in network.label_parameters():
