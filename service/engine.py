@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Sequence
+from typing import Any, Awaitable, Iterable, Sequence
 
 from service.batcher import Batcher, Done
 from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs
@@ -82,18 +82,22 @@ class Engine:
         """The checks before any work on the texts, cheapest first: inputs per request,
         evidence per claim, room in the queue (429: a shed request should cost as little as
         possible), then the text limits. `batch` names inputs as `inputs[i]` in messages."""
-        settings = self.settings
-        if len(inputs) > settings.max_inputs_per_request:
-            raise TooManyInputs(f"{len(inputs)} inputs; at most {settings.max_inputs_per_request} per request")
         task = self.config.task
-        if task == "verification":
-            limit = self.config.max_evidence
-            for i, x in enumerate(inputs):
-                if len(x.evidence) > limit:
-                    where = f"inputs[{i}].evidence" if batch else "evidence"
-                    raise TooManyEvidence(f"{where}: {len(x.evidence)} items; model {self.name!r} takes at most {limit}")
+        evidence = ((f"inputs[{i}].evidence" if batch else "evidence", len(x.evidence)) for i, x in enumerate(inputs))
+        self.check_sizes(len(inputs), evidence if task == "verification" else ())
         self.batcher.check_room(len(inputs))
-        check_texts(inputs, task, batch, settings.max_text_chars, settings.max_request_chars)
+        check_texts(inputs, task, batch, self.settings.max_text_chars, self.settings.max_request_chars)
+
+    def check_sizes(self, n: int, evidence: Iterable[tuple[str, int]] = ()) -> None:
+        """422 for more than `max_inputs_per_request` inputs, or for a claim with more evidence
+        than the model takes (`evidence`: where, how many); the counts alone, so a caller can
+        check what a request declares before building anything from it (service.oip)."""
+        if n > self.settings.max_inputs_per_request:
+            raise TooManyInputs(f"{n} inputs; at most {self.settings.max_inputs_per_request} per request")
+        limit = self.config.max_evidence
+        for where, count in evidence:
+            if count > limit:
+                raise TooManyEvidence(f"{where}: {count} items; model {self.name!r} takes at most {limit}")
 
     def enqueue(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False,
                 explain: bool = False) -> Pending:

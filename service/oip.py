@@ -28,7 +28,7 @@ import json
 import math
 import struct
 from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.app import ModelEntry, Service
+from service.engine import Engine
 from service.errors import InvalidInput, ServiceError
 from service.routes import run_inputs
 from service.tasks import TASK_FIELDS
@@ -59,7 +60,8 @@ class _Tensor(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    shape: list[int]
+    # [n] or [n, k] (int64 dims, as the protocol's): bounded here, before anything reads them
+    shape: list[Annotated[int, Field(ge=0, lt=2**63)]] = Field(min_length=1, max_length=2)
     datatype: str
     parameters: dict[str, Any] = Field(default_factory=dict)
     data: Any = None
@@ -242,7 +244,7 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     raw = await request.body()
     infer_request, binary = _parse(raw, request.headers.get(HEADER_LENGTH))
     task = entry.config.task
-    columns, n, k = _columns(infer_request, binary, task)
+    columns, n, k = _columns(infer_request, binary, task, entry.engine)
     inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASK_FIELDS[task]}) for i in range(n)]
     results, headers = await run_inputs(request, entry, inputs, "v2_infer", batch=n > 1)
     return _respond(entry, infer_request, results, k, headers)
@@ -282,14 +284,15 @@ def _flatten(data: Any) -> list:
     return [data]
 
 
-def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int) -> tuple[list[str], int]:
-    """The tensor's elements as str, and the binary offset after it."""
+def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int, count: int) -> tuple[list[str], int]:
+    """The tensor's elements as str (binary: at most one past its shape's `count`), and the
+    binary offset after it."""
     size = tensor.parameters.get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or offset + size > len(binary):
             raise BadInferRequest(f"input {tensor.name!r}: binary_data_size {size!r} runs past the body's binary part")
         chunk, at, values = binary[offset : offset + size], 0, []
-        while at < len(chunk):
+        while at < len(chunk) and len(values) <= count:
             if at + 4 > len(chunk):
                 raise BadInferRequest(f"input {tensor.name!r}: truncated BYTES element length")
             (length,) = struct.unpack_from("<I", chunk, at)
@@ -298,6 +301,9 @@ def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int) -> tuple[list[s
                 raise BadInferRequest(f"input {tensor.name!r}: a BYTES element runs past its data")
             values.append(chunk[at : at + length])
             at += length
+        if len(values) > count:
+            raise BadInferRequest(f"input {tensor.name!r}: the binary data holds more than the {count} elements "
+                                  f"of shape {tensor.shape}")
         offset += size
     else:
         if tensor.data is None:
@@ -316,35 +322,54 @@ def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int) -> tuple[list[s
     return texts, offset
 
 
-def _columns(req: _InferRequest, binary: bytes, task: str) -> tuple[dict[str, list], int, int]:
+def _declared(tensor: _Tensor, task: str) -> tuple[int, int]:
+    """A tensor's rows and evidence width k from its declared shape (k: 1 for the other
+    fields), checked for form before anything is built from them."""
+    if tensor.datatype != "BYTES":
+        raise BadInferRequest(f"input {tensor.name!r}: datatype {tensor.datatype[:16]!r}; text inputs are BYTES")
+    shape = tensor.shape
+    if tensor.name == "evidence":
+        k = shape[1] if len(shape) == 2 else 1
+        if k < 1:
+            raise BadInferRequest(f"input 'evidence': shape {shape}; each claim needs at least one evidence "
+                                  "sentence (k >= 1)")
+        return shape[0], k
+    if len(shape) == 2 and shape[1] != 1:
+        raise BadInferRequest(f"input {tensor.name!r}: shape {shape}; use [n] or [n, 1]")
+    return shape[0], 1
+
+
+def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tuple[dict[str, list], int, int]:
     """The task's fields, one value per input (evidence: a list per claim), the input count n
-    and the evidence width k (0 for other tasks)."""
+    and the evidence width k (0 for other tasks). The declared shapes are checked against the
+    service's limits (engine.check_sizes) before any element is read or any row built: a
+    shape is a few bytes, what it declares may be billions of rows."""
     fields = TASK_FIELDS[task]
     names = [t.name for t in req.inputs]
     if sorted(names) != sorted(fields):
-        raise BadInferRequest(f"inputs {names}: a {task} model takes exactly {list(fields)} (BYTES)")
+        raise BadInferRequest(f"inputs {[t.name for t in req.inputs]}: a {task} model takes exactly {list(fields)} (BYTES)")
+    declared = {t.name: _declared(t, task) for t in req.inputs}
+    rows = {name: n for name, (n, _) in declared.items()}
+    if len(set(rows.values())) != 1:
+        raise BadInferRequest(f"inputs disagree on the batch size (the first dimension of their shape): {rows}")
+    n = rows[fields[0]]
+    if n < 1:
+        raise BadInferRequest("the batch is empty")
+    k = declared["evidence"][1] if task == "verification" else 0
+    engine.check_sizes(n, [("input 'evidence' (shape [n, k])", k)] if task == "verification" else ())
     columns: dict[str, list] = {}
-    n_of: dict[str, int] = {}
-    k = 0
     offset = 0
     for tensor in req.inputs:  # binary parts follow the inputs' order
-        if tensor.datatype != "BYTES":
-            raise BadInferRequest(f"input {tensor.name!r}: datatype {tensor.datatype[:16]!r}; text inputs are BYTES")
-        if not tensor.shape or any(d < 0 for d in tensor.shape):
-            raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} must be non-empty and non-negative")
-        values, offset = _bytes_elements(tensor, binary, offset)
-        if len(values) != math.prod(tensor.shape):
-            raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} holds {math.prod(tensor.shape)} "
-                                  f"elements, the data {len(values)}")
-        rows = tensor.shape[0]
+        count = math.prod(tensor.shape)
+        values, offset = _bytes_elements(tensor, binary, offset, count)
+        if len(values) != count:
+            raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} holds {count} elements, "
+                                  f"the data {len(values)}")
         if tensor.name == "evidence":
-            if len(tensor.shape) > 2:
-                raise BadInferRequest(f"input 'evidence': shape {tensor.shape}; use [n] or [n, k] (rows padded with \"\")")
-            k = tensor.shape[1] if len(tensor.shape) == 2 else 1
-            lists = [values[i * k : (i + 1) * k] for i in range(rows)]
             # padding ("") only after the sentences of a row
             cleaned = []
-            for i, row in enumerate(lists):
+            for i in range(n):
+                row = values[i * k : (i + 1) * k]
                 sentences = [s for s in row if s != ""]
                 if row[: len(sentences)] != sentences:
                     raise BadInferRequest(f"input 'evidence' row {i}: empty strings pad the end of a row only")
@@ -353,15 +378,7 @@ def _columns(req: _InferRequest, binary: bytes, task: str) -> tuple[dict[str, li
                 cleaned.append(sentences)
             columns["evidence"] = cleaned
         else:
-            if len(tensor.shape) > 2 or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
-                raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape}; use [n] or [n, 1]")
             columns[tensor.name] = values
-        n_of[tensor.name] = rows
-    if len(set(n_of.values())) != 1:
-        raise BadInferRequest(f"inputs disagree on the batch size: {n_of}")
-    n = next(iter(n_of.values()))
-    if n < 1:
-        raise BadInferRequest("the batch is empty")
     if len(binary) != offset:
         raise BadInferRequest(f"{len(binary) - offset} bytes after the JSON header belong to no input")
     return columns, n, k

@@ -369,3 +369,46 @@ def test_slow_clients_short(service_bundles, tmp_path):
     assert result["idle_opened"] == 400 and result["idle_closed"] == 400
     assert result["slowloris_still_open"] == 0
     assert result["passed"], result
+
+
+# --- issue 33: the Open Inference Protocol parses within the service's limits -------------------
+
+def v2_error(r: httpx.Response, status: int) -> str:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and isinstance(body["error"], str)
+    return body["error"]
+
+
+def v2_verify(claims: list, claim_shape: list, evidence_shape: list, evidence: list) -> dict:
+    return {"inputs": [{"name": "claim", "shape": claim_shape, "datatype": "BYTES", "data": claims},
+                       {"name": "evidence", "shape": evidence_shape, "datatype": "BYTES", "data": evidence}]}
+
+
+def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_built(service_bundles):
+    import tracemalloc
+
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            url = "/v2/models/fever/infer"
+            # the issue's 160 bytes: 2 million rows of nothing (the fix refuses 20 million just as fast)
+            tracemalloc.start()
+            started = time.perf_counter()
+            r = await client.post(url, json=v2_verify(["x"], [1], [2_000_000, 0], []))
+            seconds = time.perf_counter() - started
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            assert r.status_code in (400, 422), r.text
+            assert seconds < 0.5 and peak < 5 * 2**20, (seconds, peak)
+            r = await client.post(url, json=v2_verify(["x"], [1], [20_000_000, 0], []))
+            assert r.status_code in (400, 422)
+            # k = 0 even with rows that agree: no claim without evidence
+            assert "k >= 1" in v2_error(await client.post(url, json=v2_verify(["x"], [1], [1, 0], [])), 400)
+            # rows over max_inputs_per_request (64) and k over the model's max_evidence (5): the
+            # task API's statuses, before the data is read (none is sent)
+            assert "at most 64" in v2_error(await client.post(url, json=v2_verify([], [65], [65, 1], [])), 422)
+            assert "at most 5" in v2_error(await client.post(url, json=v2_verify(["x"], [1], [1, 6], [])), 422)
+            # within the limits the same request shapes still run
+            r = await client.post(url, json=v2_verify(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
+            assert r.status_code == 200, r.text
+    asyncio.run(scenario())
