@@ -35,7 +35,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.app import ModelEntry, Service
+from service.app import ModelEntry, Service, excerpt
 from service.engine import Engine
 from service.errors import InvalidInput, ServiceError
 from service.routes import run_inputs
@@ -167,9 +167,9 @@ def _service(request: Request) -> Service:
 def _entry(request: Request, name: str, version: str | None, ready: bool = True) -> ModelEntry:
     entry = _service(request).models.get(name)
     if entry is None or entry.config is None:
-        raise ModelNotFound(f"unknown model {name[:64]!r}")
+        raise ModelNotFound(f"unknown model {excerpt(name)}")
     if version is not None and version != entry.config.version:
-        raise ModelNotFound(f"model {name!r} has version {entry.config.version!r}, not {version[:64]!r}")
+        raise ModelNotFound(f"model {name!r} has version {entry.config.version!r}, not {excerpt(version)}")
     if ready:
         # resolve() gives the task API's checks (still loading, failed) and statuses
         return _service(request).resolve(name, entry.config.task)
@@ -259,20 +259,20 @@ def _parse(raw: bytes, header_length: str | None) -> tuple[_InferRequest, bytes]
         except ValueError:
             size = -1
         if not 0 < size <= len(raw):
-            raise BadInferRequest(f"{HEADER_LENGTH} {header_length[:20]!r} is not a length within the body ({len(raw)} bytes)")
+            raise BadInferRequest(f"{HEADER_LENGTH} {excerpt(header_length, 20)} is not a length within the body ({len(raw)} bytes)")
         head, binary = raw[:size], raw[size:]
     else:
         head, binary = raw, b""
+    # pydantic's own JSON parser: nesting deeper than its recursion limit and numbers past
+    # Python's 4,300 digits are parse errors (json.loads raised RecursionError / ValueError: 500s)
     try:
-        document = json.loads(head)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInferRequest(f"the inference request is not valid JSON ({type(exc).__name__})") from None
-    try:
-        return _InferRequest.model_validate(document), binary
+        return _InferRequest.model_validate_json(head), binary
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err.get("loc", ())) or "request"
-        raise BadInferRequest(f"{where}: {err.get('msg', 'invalid')} ({exc.error_count()} problem(s))") from None
+        err = exc.errors(include_input=False, include_url=False)[0]
+        if err["type"] == "json_invalid":
+            raise BadInferRequest(f"the inference request is not valid JSON ({err['msg']})") from None
+        where = excerpt(".".join(str(p) for p in err.get("loc", ())) or "request")
+        raise BadInferRequest(f"{where}: {err['msg']} ({exc.error_count()} problem(s))") from None
 
 
 def _flatten(data: Any) -> list:
@@ -289,8 +289,10 @@ def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int, count: int) -> 
     binary offset after it."""
     size = tensor.parameters.get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-            raise BadInferRequest(f"input {tensor.name!r}: binary_data_size {size!r} runs past the body's binary part")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
+            # the value is not quoted: it may be any JSON (an integer of 4,000 digits)
+            raise BadInferRequest(f"input {tensor.name!r}: binary_data_size is not a length within the body's "
+                                  f"binary part ({len(binary) - offset} bytes left)")
         chunk, at, values = binary[offset : offset + size], 0, []
         while at < len(chunk) and len(values) <= count:
             if at + 4 > len(chunk):
@@ -326,7 +328,7 @@ def _declared(tensor: _Tensor, task: str) -> tuple[int, int]:
     """A tensor's rows and evidence width k from its declared shape (k: 1 for the other
     fields), checked for form before anything is built from them."""
     if tensor.datatype != "BYTES":
-        raise BadInferRequest(f"input {tensor.name!r}: datatype {tensor.datatype[:16]!r}; text inputs are BYTES")
+        raise BadInferRequest(f"input {tensor.name!r}: datatype {excerpt(tensor.datatype, 16)}; text inputs are BYTES")
     shape = tensor.shape
     if tensor.name == "evidence":
         k = shape[1] if len(shape) == 2 else 1
@@ -347,7 +349,8 @@ def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tu
     fields = TASK_FIELDS[task]
     names = [t.name for t in req.inputs]
     if sorted(names) != sorted(fields):
-        raise BadInferRequest(f"inputs {[t.name for t in req.inputs]}: a {task} model takes exactly {list(fields)} (BYTES)")
+        shown = ", ".join(excerpt(name) for name in names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        raise BadInferRequest(f"inputs [{shown}]: a {task} model takes exactly {list(fields)} (BYTES)")
     declared = {t.name: _declared(t, task) for t in req.inputs}
     rows = {name: n for name, (n, _) in declared.items()}
     if len(set(rows.values())) != 1:
@@ -405,7 +408,7 @@ def _respond(entry: ModelEntry, req: _InferRequest, results: list[dict], k: int,
         wanted = []
         for out in req.outputs:
             if out.name not in available:
-                raise BadInferRequest(f"output {out.name[:64]!r}: model {entry.name!r} has {available}")
+                raise BadInferRequest(f"output {excerpt(out.name)}: model {entry.name!r} has {available}")
             wanted.append((out.name, bool(out.parameters.get("binary_data", binary_default))))
     n = len(results)
     tensors: dict[str, tuple[str, list[int], Any]] = {

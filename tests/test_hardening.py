@@ -412,3 +412,52 @@ def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_buil
             r = await client.post(url, json=v2_verify(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
             assert r.status_code == 200, r.text
     asyncio.run(scenario())
+
+
+def _v2_bad_bodies() -> dict[str, tuple[str, bytes, dict]]:
+    """Bodies the protocol must refuse with a short 400 (url suffix, body, extra headers)."""
+    claim = {"name": "claim", "shape": [1], "datatype": "BYTES", "data": ["a dog runs"]}
+    evidence = {"name": "evidence", "shape": [1, 1], "datatype": "BYTES", "data": ["a dog runs fast"]}
+    big = "9" * 5000
+    bodies = {
+        "nested": ("", b"[" * 100_000 + b"]" * 100_000, {}),
+        "nested_data": ("", json.dumps({"inputs": [claim]}).encode().replace(b'["a dog runs"]', b"[" * 50_000 + b"]" * 50_000), {}),
+        "big_int_shape": ("", json.dumps({"inputs": [claim, evidence]}).encode().replace(b"[1, 1]", f"[{big}, 1]".encode()), {}),
+        "big_int_data": ("", json.dumps({"inputs": [claim]}).encode().replace(b'["a dog runs"]', f"[{big}]".encode()), {}),
+        "big_int_binary_size": ("", json.dumps({"inputs": [claim, {**evidence, "data": None, "parameters": {
+            "binary_data_size": 7}}]}).encode().replace(b'"binary_data_size": 7', f'"binary_data_size": 1{"0" * 4000}'.encode()), {}),
+        "long_shape": ("", json.dumps({"inputs": [claim, {**evidence, "shape": [10] * 5000}]}).encode(), {}),
+        "negative_shape": ("", json.dumps({"inputs": [claim, {**evidence, "shape": [-1, 1]}]}).encode(), {}),
+        "long_name": ("", json.dumps({"inputs": [claim, {**evidence, "name": "\x1b" + "e" * 500_000}]}).encode(), {}),
+        "many_names": ("", json.dumps({"inputs": [{**claim, "name": "n" * 1000}] * 200}).encode(), {}),
+        "long_key": ("", json.dumps({"inputs": [claim, {**evidence, "k" * 500_000: 1}]}).encode(), {}),
+        "long_datatype": ("", json.dumps({"inputs": [claim, {**evidence, "datatype": "B" * 500_000}]}).encode(), {}),
+        "long_output": ("", json.dumps({"inputs": [claim, evidence], "outputs": [{"name": "o" * 500_000}]}).encode(), {}),
+        "header_length": ("", json.dumps({"inputs": [claim, evidence]}).encode(), {"inference-header-content-length": "9" * 5000}),
+        "not_utf8": ("", b'{"inputs": [\xff\xfe]}', {}),
+        "long_version": ("/versions/" + "v" * 6000, json.dumps({"inputs": [claim, evidence]}).encode(), {}),
+    }
+    return bodies
+
+
+def test_v2_parse_failures_are_short_400s_in_the_protocols_form(service_bundles, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            out = {}
+            for kind, (suffix, body, headers) in _v2_bad_bodies().items():
+                r = await client.post(f"/v2/models/fever{suffix}/infer", content=body,
+                                      headers={"content-type": "application/json", **headers})
+                out[kind] = (r.status_code, r.json())
+            return out
+    answers = asyncio.run(scenario())
+    for kind, (status, body) in answers.items():
+        assert status == (404 if kind == "long_version" else 400), (kind, status, body)
+        assert set(body) == {"error"} and isinstance(body["error"], str), kind
+        assert len(body["error"]) < 300 and "\x1b" not in body["error"], (kind, body["error"][:400])
+    assert "recursion limit" in answers["nested"][1]["error"]
+    assert "(500001 characters)" in answers["long_name"][1]["error"]
+    assert "and 198 more" in answers["many_names"][1]["error"]
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
