@@ -51,7 +51,7 @@ class Done:
     inference_s: float
     batch_id: int
     truncated: bool  # a text of this input was cut to the model's max length
-    tokens: dict | None = None  # explain: each text's tokens as the model saw them (service.tasks)
+    tokens: dict | None = None  # explain: the tokens the model read and counts of the cut ones (service.tasks.token_ids)
 
 
 @dataclass

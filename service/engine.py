@@ -166,7 +166,7 @@ class Engine:
             if verification:
                 answer["evidence_scores"] = d.output.evidence_scores
             if d.tokens is not None:
-                answer["explanation"] = {"method": spec.method if spec is not None else None, "tokens": d.tokens,
+                answer["explanation"] = {"method": spec.method if spec is not None else None, **d.tokens,
                                          **d.output.explanation}
             results.append(answer)
         batch_times = {d.batch_id: d.inference_s for d in done}

@@ -52,6 +52,10 @@ class BodyTooLarge(ServiceError):
     status, code = 413, "body_too_large"
 
 
+class AnswerTooLarge(ServiceError):
+    status, code = 422, "answer_too_large"
+
+
 class QueueFull(ServiceError):
     status, code = 429, "queue_full"
 

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.app import TASK_OF_ENDPOINT, TASKS, ModelEntry, Service
 from service.metrics import render as render_metrics
-from service.errors import NotReady, ShuttingDown
+from service.errors import AnswerTooLarge, NotReady, ShuttingDown
 from service.schemas import (
     BatchPredictions,
     ClassifyBody,
@@ -47,7 +47,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         404: "no model of the endpoint's task is served (see /v1/models)",
         413: "request body too large",
         415: "the body was not sent as JSON (content-type: application/json)",
-        422: "invalid input, unknown model or model of another task, too many inputs or evidence",
+        422: "invalid input, unknown model or model of another task, too many inputs or evidence, an answer over "
+             "ATTSERVE_MAX_ANSWER_BYTES",
         429: "the model's queue is full (see Retry-After)",
         503: "not ready or shutting down",
         504: "the request deadline passed before its inputs ran",
@@ -78,7 +79,12 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
                                         explain=body.explain)
     # Rendered here rather than by FastAPI's response_model: the answer is built to the schema
     # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
-    return JSONResponse({"results": results} if batch else results[0], headers=headers)
+    response = JSONResponse({"results": results} if batch else results[0], headers=headers)
+    limit = service.settings.max_answer_bytes
+    if len(response.body) > limit:
+        raise AnswerTooLarge(f"the answer is {len(response.body)} bytes, over ATTSERVE_MAX_ANSWER_BYTES ({limit}); "
+                             "send fewer inputs per request" + (" or fewer with \"explain\": true" if body.explain else ""))
+    return response
 
 
 async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,

@@ -110,14 +110,13 @@ class Token(BaseModel):
     start: int = Field(description="offset of its first character in the text sent, in Unicode code points")
     end: int = Field(description="offset just past its last character, in Unicode code points")
     unknown: bool = Field(description="outside the model's vocabulary")
-    truncated: bool = Field(description="beyond the model's max length: the model never saw it")
 
 
 class Alignment(BaseModel):
     rows: str = Field(description="the text whose tokens are the rows (hypothesis, claim or text)")
     columns: str = Field(description="the text whose tokens are the columns (premise, evidence or text)")
-    weights: list[list[float]] = Field(description="one row per row token not truncated, one column per column "
-                                       "token not truncated; each row sums to 1")
+    weights: list[list[float]] = Field(description="one row per row token, one column per column token (the "
+                                       "tokens listed); each row sums to 1")
 
 
 class EvidenceExplanation(BaseModel):
@@ -128,9 +127,13 @@ class EvidenceExplanation(BaseModel):
 class Explanation(BaseModel):
     method: str | None = Field(description="what the weights are; null: the model exposes no attention")
     tokens: dict[str, list[Token] | list[list[Token]]] = Field(
-        description="per text field, its tokens (evidence: one list per sentence)")
+        description="per text field, the tokens the model read, up to its max length (evidence: one list per "
+                    "sentence); the tokens past it are counted in cut_tokens, not described")
+    cut_tokens: dict[str, int | list[int]] = Field(
+        description="per text field, how many tokens past the model's max length were cut (the model never saw "
+                    "them; evidence: one count per sentence)")
     alignment: Alignment | None = Field(None, description="pair models and AttConv classifiers")
-    token_weights: list[float] | None = Field(None, description="ACT classifiers: one weight per token not truncated")
+    token_weights: list[float] | None = Field(None, description="ACT classifiers: one weight per token listed")
     evidence: list[EvidenceExplanation] | None = Field(None, description="verification: one entry per evidence")
 
 

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request tokenizes in ~0.2 s and
     # six at once stay well within +300 MB (scripts/reliability.py expansion)
     max_request_chars: int = Field(1 << 18, ge=1)
+    # An answer's JSON over this is 422 answer_too_large (explanations describe up to the
+    # model's max length of tokens per text and a weight per token pair: 64 inputs of the
+    # bundled verification model with five evidence sentences each come to 4.4 MB)
+    max_answer_bytes: int = Field(8 << 20, ge=1024)
 
     # HTTP connection limits (service.http: uvicorn has no header-read timeout and, with
     # httptools, no header size limit).

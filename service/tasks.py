@@ -63,20 +63,22 @@ class Encoded:
     item: Item | None
     truncated: bool
     error: str | None = None
-    tokens: dict | None = None  # asked for an explanation: each text's tokens (TextEncoder.describe)
+    tokens: dict | None = None  # asked for an explanation: its token part (token_ids)
 
 
 def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
               explain: Sequence[bool] | None = None) -> list[tuple[tuple, bool, dict | None]]:
     """Token ids per graph input of each input (evidence: a list of id lists), whether it
-    lost tokens, and (`explain[i]`) its texts' tokens by field, from the same tokenization;
-    one `encode_batch` per field over all the inputs."""
+    lost tokens, and (`explain[i]`) the token part of its explanation, from the same
+    tokenization: `{"tokens": {field: the tokens the model read}, "cut_tokens": {field: how
+    many it did not}}` (evidence: one entry per sentence); one `encode_batch` per field over
+    all the inputs."""
     config = runtime.config
     fields = TASK_FIELDS[config.task]
     per_field: list[list] = []
     truncated = [False] * len(inputs)
     wanted = list(explain) if explain is not None else [False] * len(inputs)
-    tokens: list[dict | None] = [{} if w else None for w in wanted]
+    tokens: list[dict | None] = [{"tokens": {}, "cut_tokens": {}} if w else None for w in wanted]
     for field, input_name in zip(fields, config.inputs):
         max_length = config.max_lengths[input_name]
         if field == "evidence":
@@ -86,18 +88,20 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
             for i, x in enumerate(inputs):
                 n = len(x.evidence)
                 groups.append(encoded.ids[at : at + n])
-                truncated[i] |= any(encoded.truncated[at : at + n])
+                truncated[i] |= any(encoded.cut[at : at + n])
                 if tokens[i] is not None:
-                    tokens[i][field] = encoded.tokens[at : at + n]
+                    tokens[i]["tokens"][field] = encoded.tokens[at : at + n]
+                    tokens[i]["cut_tokens"][field] = encoded.cut[at : at + n]
                 at += n
             per_field.append(groups)
         else:
             encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length, wanted)
             per_field.append(encoded.ids)
-            for i, t in enumerate(encoded.truncated):
-                truncated[i] |= t
+            for i, cut in enumerate(encoded.cut):
+                truncated[i] |= cut > 0
                 if tokens[i] is not None:
-                    tokens[i][field] = encoded.tokens[i]
+                    tokens[i]["tokens"][field] = encoded.tokens[i]
+                    tokens[i]["cut_tokens"][field] = cut
     return [(tuple(column[i] for column in per_field), truncated[i], tokens[i]) for i in range(len(inputs))]
 
 

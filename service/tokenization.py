@@ -42,13 +42,17 @@ SHORT_TEXT_CHARS = 2048
 
 @dataclass(frozen=True)
 class Encoded:
-    """A list of token-id lists, each cut to the max length; `truncated[i]` says whether
-    text i lost tokens; `tokens[i]`, when text i was asked to be described, its tokens as the
-    model sees them (`TextEncoder.encode(..., describe=...)`)."""
+    """A list of token-id lists, each cut to the max length; `cut[i]`, how many tokens text i
+    lost to it; `tokens[i]`, when text i was asked to be described, the tokens the model sees
+    (`TextEncoder.encode(..., describe=...)`: the kept ones only)."""
 
     ids: list[list[int]]
-    truncated: list[bool]
+    cut: list[int]
     tokens: list[list[dict] | None] | None = None
+
+    @property
+    def truncated(self) -> list[bool]:
+        return [c > 0 for c in self.cut]
 
     @property
     def lengths(self) -> list[int]:
@@ -102,12 +106,12 @@ class TextEncoder:
                     for i, e in zip(again, redone, strict=True):
                         encodings[i] = e
         ids = [self._hash_unknown(text, e) for text, e in zip(texts, encodings)]
-        truncated = [len(x) > max_length for x in ids]
+        cut = [max(0, len(x) - max_length) for x in ids]
         tokens = None
         if describing:
             tokens = [self.describe_tokens(text, e, row, max_length) if wanted else None
                       for text, e, row, wanted in zip(texts, encodings, ids, describe, strict=True)]
-        return Encoded([x[:max_length] for x in ids], truncated, tokens)
+        return Encoded([x[:max_length] for x in ids], cut, tokens)
 
     def _hash_unknown(self, text: str, encoding) -> list[int]:
         ids = encoding.ids
@@ -123,20 +127,21 @@ class TextEncoder:
         return self.tokenizer.encode(text, add_special_tokens=False).tokens
 
     def describe_tokens(self, text: str, encoding, ids: list[int], max_length: int) -> list[dict]:
-        """Every token of `text` (its `encoding` and hashed `ids`, uncut) as the model sees it,
-        for explanations: its vocabulary form (an unknown word: its normalized text), the
-        character span [start, end) in `text`, whether it is outside the vocabulary, and
-        whether it lies beyond `max_length`."""
+        """The first `max_length` tokens of `text` (its `encoding` and hashed `ids`), the ones
+        the model sees, for explanations: its vocabulary form (an unknown word: its normalized
+        text), the character span [start, end) in `text` and whether it is outside the
+        vocabulary. The tokens past the max length are not described (a 100,000-character
+        text would describe 100,000 tokens); the caller counts them (`Encoded.cut`)."""
         unknown = set(self.unknown_ids())
         normalizer = self.tokenizer.normalizer
         out = []
-        for j, (token, (start, end), token_id) in enumerate(zip(encoding.tokens, encoding.offsets, ids)):
+        for token, (start, end), token_id in zip(encoding.tokens[:max_length], encoding.offsets[:max_length],
+                                                 ids[:max_length]):
             is_unknown = token_id in unknown
             if is_unknown:
                 span = text[start:end]
                 token = normalizer.normalize_str(span) if normalizer is not None else span
-            out.append({"token": token, "start": start, "end": end, "unknown": is_unknown,
-                        "truncated": j >= max_length})
+            out.append({"token": token, "start": start, "end": end, "unknown": is_unknown})
         return out
 
 

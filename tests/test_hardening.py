@@ -461,3 +461,36 @@ def test_v2_parse_failures_are_short_400s_in_the_protocols_form(service_bundles,
     assert "(500001 characters)" in answers["long_name"][1]["error"]
     assert "and 198 more" in answers["many_names"][1]["error"]
     assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+# --- issue 33: explanation answers are bounded ---------------------------------------------------
+
+def test_explanations_describe_the_kept_tokens_and_count_the_cut_ones(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            # the issue's 256 KB request: 64 texts of 4,096 "!" (max length 32 tokens here)
+            r = await client.post("/classify", json={"inputs": [{"text": "!" * 4096}] * 64, "explain": True,
+                                                     "model": "sentiment"})
+            assert r.status_code == 200, r.text[:300]
+            answers = r.json()["results"]
+            assert len(r.content) < 1_000_000, len(r.content)  # 16 MB when every token was described
+            for answer in answers:
+                assert len(answer["explanation"]["tokens"]["text"]) == 32
+                assert answer["explanation"]["cut_tokens"] == {"text": 4096 - 32}
+            r = await client.post("/verify", json={"claim": "a dog runs", "evidence": ["a dog runs . " * 20, "ok"],
+                                                   "explain": True})
+            assert r.json()["explanation"]["cut_tokens"] == {"claim": 0, "evidence": [80 - 20, 0]}
+    asyncio.run(scenario())
+
+
+def test_an_answer_over_max_answer_bytes_is_422_naming_the_setting(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, max_answer_bytes=4_000)) as (app, client):
+            inputs = [{"premise": "a man is playing a guitar on the stage .", "hypothesis": "a man plays"}] * 8
+            plain = await client.post("/entailment", json={"inputs": inputs})
+            explained = await client.post("/entailment", json={"inputs": inputs, "explain": True})
+            return plain, explained
+    plain, explained = asyncio.run(scenario())
+    assert plain.status_code == 200 and len(plain.content) < 4_000
+    message = error_of(explained, 422, "answer_too_large")
+    assert "ATTSERVE_MAX_ANSWER_BYTES (4000)" in message and "explain" in message

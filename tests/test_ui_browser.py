@@ -168,27 +168,26 @@ def check_scores(driver, answer: dict) -> None:
     assert [r.find_element(By.CLASS_NAME, "score-value").text for r in rows] == [fmt(v) for v in answer["scores"].values()]
 
 
-def kept(tokens: list[dict]) -> int:
-    return sum(not t["truncated"] for t in tokens)
-
-
 def tokens_in(scope, field: str):
     return scope.find_elements(By.CSS_SELECTOR, f'.text-block[data-field="{field}"] .tok')
 
 
-def check_tokens(spans, tokens: list[dict]) -> None:
-    """The DOM's token spans are the API's tokens, unknown and cut ones marked."""
-    assert len(spans) == len(tokens)
-    for span, token in zip(spans, tokens):
+def check_tokens(spans, tokens: list[dict], cut: int = 0) -> None:
+    """The DOM's token spans are the API's tokens (the ones the model read), unknown ones
+    marked, then one struck-through span for the text of the `cut` tokens past the max length."""
+    read = [s for s in spans if s.get_attribute("data-truncated") == "false"]
+    assert len(read) == len(tokens)
+    for span, token in zip(read, tokens):
         assert span.get_attribute("data-unknown") == str(token["unknown"]).lower()
-        assert span.get_attribute("data-truncated") == str(token["truncated"]).lower()
         classes = span.get_attribute("class").split()
-        assert ("unknown" in classes) == token["unknown"]
-        assert ("truncated" in classes) == token["truncated"]
+        assert ("unknown" in classes) == token["unknown"] and "truncated" not in classes
+    rest = spans[len(read):]
+    assert [s.get_attribute("data-cut") for s in rest] == ([str(cut)] if cut else [])
+    assert all("truncated" in s.get_attribute("class").split() for s in rest)
 
 
 def check_heatmap(figure, alignment: dict, tokens: dict[str, list], row_field: str, col_field: str) -> None:
-    rows, cols = kept(tokens[row_field]), kept(tokens[col_field])
+    rows, cols = len(tokens[row_field]), len(tokens[col_field])
     assert (len(alignment["weights"]), len(alignment["weights"][0])) == (rows, cols)
     cells = figure.find_elements(By.CSS_SELECTOR, "td.hm-cell")
     assert len(cells) == rows * cols
@@ -289,7 +288,7 @@ def test_classify(driver, server, shots) -> None:
     assert "dotted" in unknown[0].value_of_css_property("text-decoration-style")
     if "token_weights" in explanation:
         weighted = driver.find_elements(By.CSS_SELECTOR, ".tok.weighted")
-        assert len(weighted) == len(explanation["token_weights"]) == kept(tokens)
+        assert len(weighted) == len(explanation["token_weights"]) == len(tokens)
         assert [float(s.get_attribute("data-weight")) for s in weighted] == pytest.approx(explanation["token_weights"])
     elif "alignment" in explanation:  # an AttConv classifier: text x text
         check_heatmap(driver.find_element(By.CSS_SELECTOR, "figure.heatmap"), explanation["alignment"],
@@ -315,10 +314,12 @@ def test_truncated_tokens_are_marked(driver, server) -> None:
 
     assert shown_label(driver) == answer["label"]
     tokens = answer["explanation"]["tokens"]["text"]
+    cut_count = answer["explanation"]["cut_tokens"]["text"]
+    assert len(tokens) == limit and cut_count > 0
     spans = tokens_in(driver, "text")
-    check_tokens(spans, tokens)
+    check_tokens(spans, tokens, cut_count)
     cut = [s for s in spans if s.get_attribute("data-truncated") == "true"]
-    assert len(cut) == len(tokens) - limit > 0
+    assert len(cut) == 1 and text.endswith(cut[0].text)
     assert "line-through" in cut[0].value_of_css_property("text-decoration-line")
     assert "cut: beyond the model's max length" in cut[0].get_attribute("title")
     note = driver.find_element(By.CSS_SELECTOR, ".cut-note")
@@ -497,7 +498,7 @@ def test_other_explanation_shapes(driver, server) -> None:
     assert "this model exposes no attention weights" in driver.find_element(By.CSS_SELECTOR, ".no-attention").text.lower()
     assert driver.find_elements(By.CSS_SELECTOR, "figure.heatmap, .tok.weighted") == []
 
-    n = kept(tokens)
+    n = len(tokens)
     self_alignment = {**real, "explanation": {
         "method": "AttConv intra-context attention", "tokens": {"text": tokens},
         "alignment": {"rows": "text", "columns": "text", "weights": [[1.0 / n] * n for _ in range(n)]}}}

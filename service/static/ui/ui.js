@@ -297,6 +297,7 @@
   // Classification and entailment: each text's tokens, then token weights or the heat map.
   function renderTexts(box, task, body, explanation) {
     const tokens = explanation.tokens || {};
+    const cuts = explanation.cut_tokens || {};
     const alignment = explanation.alignment;
     const weights = Array.isArray(explanation.token_weights) ? explanation.token_weights : null;
     // column tokens are shaded by the most any row token attends them (column max)
@@ -312,7 +313,7 @@
         shading = columnMax;
         about = `Shaded by how much the ${alignment.rows} attends each token (the largest weight in its column)`;
       }
-      box.append(tokenSection(field, body[field], tokens[field], shading, scale, about));
+      box.append(tokenSection(field, body[field], tokens[field], cuts[field] || 0, shading, scale, about));
     }
     if (alignment && Array.isArray(alignment.weights)) {
       box.append(heatmap(alignment, tokens[alignment.rows], tokens[alignment.columns],
@@ -324,9 +325,11 @@
 
   function renderVerification(box, body, answer, explanation) {
     const tokens = explanation.tokens || {};
-    box.append(tokenSection("claim", body.claim, tokens.claim, null, 1, null));
+    const cuts = explanation.cut_tokens || {};
+    box.append(tokenSection("claim", body.claim, tokens.claim, cuts.claim || 0, null, 1, null));
     const blocks = Array.isArray(explanation.evidence) ? explanation.evidence : null;
     const evidenceTokens = Array.isArray(tokens.evidence) ? tokens.evidence : [];
+    const evidenceCuts = Array.isArray(cuts.evidence) ? cuts.evidence : [];
     const shares = answer.evidence_scores || [];
     if (!blocks) {
       box.append(el("p", { class: "note no-attention", text: `${capitalize(NO_ATTENTION)}; the tokens are shown as the model read them.` }));
@@ -347,9 +350,9 @@
           el("span", { class: "share" }, "share ", el("span", { class: "share-value", text: fmt(share) }))),
         el("span", { class: "bar", "aria-hidden": "true" }, fill));
       const about = block && block.alignment ? "Shaded by how much the claim attends each token (the largest weight in its column)" : null;
-      section.append(tokenList(sentence, evidenceTokens[i], maxima[i] && maxima[i].length ? maxima[i] : null, scale));
+      section.append(tokenList(sentence, evidenceTokens[i], evidenceCuts[i] || 0, maxima[i] && maxima[i].length ? maxima[i] : null, scale));
       if (about) section.append(el("p", { class: "hint", text: about }));
-      section.append(...tokenNotes(evidenceTokens[i], maxima[i] && maxima[i].length ? maxima[i] : null, sentence));
+      section.append(...tokenNotes(evidenceTokens[i], evidenceCuts[i] || 0, maxima[i] && maxima[i].length ? maxima[i] : null, sentence));
       if (block && block.alignment) {
         const details = el("details", { class: "evidence-heatmap" },
           el("summary", { text: `Heat map: claim × evidence ${i + 1}` }));
@@ -384,18 +387,19 @@
     return token.token;
   }
 
-  function tokenSection(field, text, tokens, weights, scale, about) {
+  function tokenSection(field, text, tokens, cut, weights, scale, about) {
     const section = el("section", { class: "text-block", "data-field": field, "aria-label": `${field} tokens` },
       el("h4", { text: capitalize(field) }));
-    section.append(tokenList(text, tokens, weights, scale));
+    section.append(tokenList(text, tokens, cut, weights, scale));
     if (about && weights) section.append(el("p", { class: "hint", text: about }));
-    section.append(...tokenNotes(tokens, weights, text));
+    section.append(...tokenNotes(tokens, cut, weights, text));
     return section;
   }
 
-  // The original text with each token wrapped: gaps (spaces, characters the tokenizer drops)
-  // stay plain text, so the text reads as typed.
-  function tokenList(text, tokens, weights, scale) {
+  // The original text with each token the model read wrapped: gaps (spaces, characters the
+  // tokenizer drops) stay plain text, so the text reads as typed. The answer describes only the
+  // tokens the model read and counts the `cut` ones: the text after the last one is struck through.
+  function tokenList(text, tokens, cut, weights, scale) {
     const p = el("p", { class: "tokens" });
     if (!Array.isArray(tokens)) {
       p.textContent = text;
@@ -403,7 +407,6 @@
     }
     const cps = Array.from(text || "");
     let at = 0;
-    let kept = 0;
     tokens.forEach((token, i) => {
       if (typeof token.start === "number" && token.start > at) p.append(cps.slice(at, token.start).join(""));
       const classes = ["tok"];
@@ -415,22 +418,16 @@
         titles.push(UNKNOWN_TITLE);
       }
       let weight = null;
-      if (token.truncated) {
-        classes.push("truncated");
-        titles.push(CUT_TITLE);
-      } else {
-        if (weights && kept < weights.length) {
-          weight = weights[kept];
-          classes.push("weighted");
-          titles.push(`weight ${fmt(weight)}`);
-        }
-        kept += 1;
+      if (weights && i < weights.length) {
+        weight = weights[i];
+        classes.push("weighted");
+        titles.push(`weight ${fmt(weight)}`);
       }
       const span = el("span", {
         class: classes.join(" "),
         "data-index": i,
         "data-unknown": token.unknown ? "true" : "false",
-        "data-truncated": token.truncated ? "true" : "false",
+        "data-truncated": "false",
         "data-weight": weight === null ? null : weight,
         title: titles.join("; ") || null,
         text: shown,
@@ -439,29 +436,40 @@
       p.append(span);
       if (typeof token.end === "number") at = Math.max(at, token.end);
     });
-    if (at < cps.length) p.append(cps.slice(at).join(""));
+    const rest = cps.slice(at).join("");
+    if (cut > 0 && rest.trim()) {
+      const gap = rest.length - rest.trimStart().length;
+      if (gap) p.append(rest.slice(0, gap));
+      p.append(el("span", {
+        class: "tok truncated",
+        "data-truncated": "true",
+        "data-cut": cut,
+        title: `${CUT_TITLE} (${cut} ${cut === 1 ? "token" : "tokens"})`,
+        text: rest.slice(gap),
+      }));
+    } else if (rest) {
+      p.append(rest);
+    }
     return p;
   }
 
   // Under a token list: the cut note, the unknown-word note and the top-weighted tokens in
   // words (the shading's numbers for those who cannot see it).
-  function tokenNotes(tokens, weights, text) {
+  function tokenNotes(tokens, cut, weights, text) {
     const out = [];
     if (!Array.isArray(tokens)) return out;
-    const cut = tokens.filter((t) => t.truncated).length;
     const unknown = tokens.filter((t) => t.unknown).length;
     if (cut) {
-      out.push(el("p", { class: "note cut-note", text: `${cut} of ${tokens.length} tokens ${cut === 1 ? "was" : "were"} cut: beyond the model's max length (it read the first ${tokens.length - cut}).` }));
+      out.push(el("p", { class: "note cut-note", text: `${cut} of ${tokens.length + cut} tokens ${cut === 1 ? "was" : "were"} cut: beyond the model's max length (it read the first ${tokens.length}).` }));
     }
     if (unknown) {
       out.push(el("p", { class: "note unknown-note", text: `${unknown} unknown ${unknown === 1 ? "word" : "words"} (not in the model's vocabulary).` }));
     }
     if (weights && weights.length) {
       const cps = Array.from(text || "");
-      const kept = tokens.filter((t) => !t.truncated);
-      const top = weights.map((w, i) => [w, i]).filter(([, i]) => i < kept.length)
+      const top = weights.map((w, i) => [w, i]).filter(([, i]) => i < tokens.length)
         .sort((a, b) => b[0] - a[0]).slice(0, 5)
-        .map(([w, i]) => `“${spanText(cps, kept[i])}” ${fmt(w)}`);
+        .map(([w, i]) => `“${spanText(cps, tokens[i])}” ${fmt(w)}`);
       out.push(el("p", { class: "hint top-tokens", text: `Most weight: ${top.join(", ")}.` }));
     }
     return out;
@@ -473,8 +481,8 @@
     const matrix = Array.isArray(alignment.weights) ? alignment.weights : [];
     const rowCps = Array.from(rowText || "");
     const colCps = Array.from(colText || "");
-    const keptRows = (rowTokens || []).filter((t) => !t.truncated);
-    const keptCols = (colTokens || []).filter((t) => !t.truncated);
+    const keptRows = rowTokens || [];
+    const keptCols = colTokens || [];
     const rowLabel = (i) => (keptRows[i] ? spanText(rowCps, keptRows[i]) : `#${i + 1}`);
     const colLabel = (j) => (keptCols[j] ? spanText(colCps, keptCols[j]) : `#${j + 1}`);
     const nCols = matrix.length ? matrix[0].length : 0;
