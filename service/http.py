@@ -1,6 +1,6 @@
 """HTTP connection limits uvicorn lacks: a header-read timeout, a header size limit (with
-httptools; h11 has one, httptools none) and a connection cap that makes room instead of
-refusing everyone.
+httptools; h11 has one, httptools none), a write timeout and a connection cap that makes room
+instead of refusing everyone.
 
 uvicorn 0.54 offers `timeout_keep_alive` (idle between requests, used as is) and
 `limit_concurrency` (a text/plain 503 once N connections are open: with 20,000 idle
@@ -13,6 +13,12 @@ header size. So this is a subclass of uvicorn's own httptools protocol, written 
   (from the connection's opening for its first request, from the request's first byte
   after that; between requests uvicorn's keep-alive timeout applies), with a JSON 408;
 - answers 431 (JSON) and closes once the headers pass `max_header_bytes`;
+- drops a connection whose client does not read its answer: no byte of it acknowledged for
+  `write_timeout_s` (TCP_USER_TIMEOUT, Linux: the kernel aborts the connection, which frees
+  the answer in the kernel's send queue and in the transport's buffer). The keep-alive timeout
+  alone would wait for an unread answer to flush for as long as the client stays connected;
+  a client that reads slowly keeps its connection as long as it acknowledges something within
+  each period (nginx's `send_timeout` works the same way);
 - at `max_connections` open connections closes the oldest one that waits for a request,
   and answers 503 (JSON) only when every connection has a request in progress;
 - stamps `scope["state"]["attserve_arrival"]` with the loop time of the request's first byte,
@@ -27,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import socket
 from typing import Any
 
 import httptools
@@ -38,6 +45,8 @@ log = logging.getLogger("service.http")
 
 # file descriptors kept for model files, the listening socket, logs, threads' pipes
 FD_RESERVE = 128
+# Linux only; elsewhere an unread answer stays until the client goes
+TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", None)
 
 
 class _Rejected(Exception):
@@ -68,15 +77,19 @@ def guarded_protocol(settings: Settings) -> type[HttpToolsProtocol]:
     # connections waiting for a request (new, between requests, or reading headers), oldest
     # first: the ones a new connection may push out when the cap is reached
     waiting: dict["GuardedHttpToolsProtocol", None] = {}
+    write_timeout_ms = int(settings.write_timeout_s * 1000)
     counters = {"evicted_idle": 0, "refused": 0, "header_timeouts": 0, "headers_too_large": 0}
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         limits = {"max_connections": max_connections, "header_timeout_s": header_timeout_s,
-                  "max_header_bytes": max_header_bytes}
+                  "max_header_bytes": max_header_bytes, "write_timeout_s": settings.write_timeout_s}
         stats = counters
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if TCP_USER_TIMEOUT is not None and sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, write_timeout_ms)
             self._rejected = False
             self._header_timer = None
             self._arrival: float | None = None

@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     # request deadline (504)
     body_timeout_s: float = Field(10.0, gt=0)
     keep_alive_timeout_s: float = Field(5.0, gt=0)
+    # an answer the client does not read (it backs up in the server) is dropped, and its
+    # connection aborted, after this long without progress (nginx's send_timeout)
+    write_timeout_s: float = Field(10.0, gt=0)
     # open connections; beyond it the oldest connection waiting for a request is closed to make
     # room, and without one the new connection gets 503 at once. Capped by the process's
     # file-descriptor limit (less a reserve for model files and sockets).

@@ -240,7 +240,8 @@ def test_images_turn_docs_off():
 def guarded_server(service_bundles, tmp_path_factory):
     log = tmp_path_factory.mktemp("guarded") / "service.log"
     server = reliability.ServiceProcess(service_bundles, log, header_timeout_s=0.5, body_timeout_s=0.5,
-                                        keep_alive_timeout_s=0.5, max_header_bytes=4096, max_connections=30)
+                                        keep_alive_timeout_s=0.5, max_header_bytes=4096, max_connections=30,
+                                        write_timeout_s=0.5)
     with server.start():
         yield server
 
@@ -494,3 +495,30 @@ def test_an_answer_over_max_answer_bytes_is_422_naming_the_setting(service_bundl
     assert plain.status_code == 200 and len(plain.content) < 4_000
     message = error_of(explained, 422, "answer_too_large")
     assert "ATTSERVE_MAX_ANSWER_BYTES (4000)" in message and "explain" in message
+
+
+# --- issue 33: an answer nobody reads is dropped at the write timeout ------------------------------
+
+def unread_explain_request(model: str = "sentiment") -> bytes:
+    """A request whose answer (~590 KB: 64 explanations) is far more than the socket buffers of
+    a client that never reads hold."""
+    body = json.dumps({"inputs": [{"text": "!" * 4096}] * 64, "explain": True, "model": model}).encode()
+    return (b"POST /classify HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_server):
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads nothing
+        sock.connect(("127.0.0.1", guarded_server.port))
+        sock.sendall(unread_explain_request())
+        time.sleep(3.0)  # answered in ~1 s, then 0.5 s without progress
+        raw, _ = read_until_closed(sock, 3)  # before the fix: the whole answer, still open
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    assert length > 500_000 and len(body) < length / 2, (length, len(body))
+    # a client that reads gets the same answer in full
+    r = httpx.post(guarded_server.base + "/classify", json={"inputs": [{"text": "!" * 4096}] * 64, "explain": True,
+                                                           "model": "sentiment"}, timeout=30)
+    assert r.status_code == 200 and len(r.content) == length
