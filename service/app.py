@@ -468,9 +468,10 @@ class BodyLimitMiddleware:
         await response(scope, receive, send)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, "body_too_large", f"request body over {self.max_bytes} bytes",
-                                  path=scope.get("path", ""))
-        await response(scope, receive, send)
+        # the rest of the body is never read: the connection closes after the 413 (kept open,
+        # a sender trickling it would hold the connection untimed, and its chunks would be
+        # taken for the next request's headers)
+        await self._error(scope, receive, send, 413, "body_too_large", f"request body over {self.max_bytes} bytes")
 
 
 # --- the app --------------------------------------------------------------------------------

@@ -522,3 +522,34 @@ def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_serv
     r = httpx.post(guarded_server.base + "/classify", json={"inputs": [{"text": "!" * 4096}] * 64, "explain": True,
                                                            "model": "sentiment"}, timeout=30)
     assert r.status_code == 200 and len(r.content) == length
+
+
+# --- issue 33: the connection closes after a 413 ----------------------------------------------------
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_413_closes_the_connection_however_slowly_the_body_comes(guarded_server, chunked):
+    with socket.create_connection(("127.0.0.1", guarded_server.port)) as sock:
+        if chunked:  # a body streamed past the 1 MiB limit, then trickled
+            sock.sendall(b"POST /classify HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n"
+                         b"content-type: application/json\r\n\r\n" + b"100000\r\n" + b"x" * 0x100000 + b"\r\n")
+            sock.sendall(b"10\r\n" + b"x" * 16 + b"\r\n")
+        else:  # the issue's repro: a Content-Length over the limit, then one byte at a time
+            sock.sendall(b"POST /classify HTTP/1.1\r\nHost: a\r\nContent-Length: 2000000\r\n\r\n")
+        started, data = time.monotonic(), b""
+        sock.settimeout(0.2)
+        while time.monotonic() - started < 4:
+            try:
+                sock.sendall(b"1\r\nx\r\n" if chunked else b"x")
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        closed_after = time.monotonic() - started
+    status, body = json_error(data)
+    assert status == 413 and body["error"]["code"] == "body_too_large"
+    assert data.count(b"HTTP/1.1") == 1  # no 431 for the body's rest taken as headers
+    assert closed_after < 1.0, closed_after
