@@ -1,8 +1,9 @@
 """The model bundle: a directory with `model.onnx`, `tokenizer.json` and `config.json`.
 
 `BundleConfig` is the one schema of config.json: export writes it, the service reads it.
-`load_bundle` refuses a bundle whose files are missing, whose checksums do not match, or
-whose labels do not match the model's output width, with a message naming the file.
+`load_bundle` refuses a bundle whose files are missing, whose checksums do not match, whose
+model keeps tensors in external data files (which no checksum covers), or whose labels do not
+match the model's output width, with a message naming the file.
 Nothing here unpickles: config is JSON, weights are ONNX protobuf.
 """
 
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MODEL_FILE = "model.onnx"
@@ -240,8 +243,106 @@ def read_config(path: str | Path) -> BundleConfig:
         raise BundleError(f"{path}: invalid bundle config: {exc}") from None
 
 
+# --- external data ----------------------------------------------------------------------------
+# An ONNX tensor may keep its data in another file (`data_location: EXTERNAL`, the file named
+# in `external_data`), which onnxruntime reads from the model's directory: config.json's
+# checksums would not cover it. The service has onnxruntime's protobuf but not the `onnx`
+# package, so this is the part of onnx.proto that says where a tensor's data lives and every
+# place a tensor can sit (field numbers as in onnx.proto; tests/test_reliability.py checks them
+# against onnx's own descriptors). Other fields are skipped unparsed.
+
+_ONNX_TENSOR_PLACES: dict[str, list[tuple[str, int, str]]] = {  # message: (field, number, type; * = repeated)
+    "StringStringEntryProto": [("key", 1, "string"), ("value", 2, "string")],
+    "TensorProto": [("name", 8, "string"), ("external_data", 13, "*StringStringEntryProto"),
+                    ("data_location", 14, "int32")],
+    "SparseTensorProto": [("values", 1, "TensorProto"), ("indices", 2, "TensorProto")],
+    "AttributeProto": [("t", 5, "TensorProto"), ("g", 6, "GraphProto"), ("tensors", 10, "*TensorProto"),
+                       ("graphs", 11, "*GraphProto"), ("sparse_tensor", 22, "SparseTensorProto"),
+                       ("sparse_tensors", 23, "*SparseTensorProto")],
+    "NodeProto": [("attribute", 5, "*AttributeProto")],
+    "GraphProto": [("node", 1, "*NodeProto"), ("initializer", 5, "*TensorProto"),
+                   ("sparse_initializer", 15, "*SparseTensorProto")],
+    "FunctionProto": [("node", 7, "*NodeProto"), ("attribute_proto", 11, "*AttributeProto")],
+    "TrainingInfoProto": [("initialization", 1, "GraphProto"), ("algorithm", 2, "GraphProto")],
+    "ModelProto": [("graph", 7, "GraphProto"), ("training_info", 20, "*TrainingInfoProto"),
+                   ("functions", 25, "*FunctionProto")],
+}
+_EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+
+
+def _onnx_model_class() -> type:
+    F = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="attserve_onnx_tensor_places.proto", package="attserve_onnx",
+                                              syntax="proto2")
+    for message, fields in _ONNX_TENSOR_PLACES.items():
+        proto = file.message_type.add(name=message)
+        for name, number, kind in fields:
+            repeated, kind = kind.startswith("*"), kind.lstrip("*")
+            field = proto.field.add(name=name, number=number,
+                                    label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+            if kind == "string":
+                field.type = F.TYPE_STRING
+            elif kind == "int32":
+                field.type = F.TYPE_INT32
+            else:
+                field.type, field.type_name = F.TYPE_MESSAGE, f".attserve_onnx.{kind}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("attserve_onnx.ModelProto"))
+
+
+_ModelTensorPlaces = _onnx_model_class()
+
+
+def external_data(model: bytes) -> list[str]:
+    """`name -> file` of every tensor of the serialized ONNX `model` that keeps its data in an
+    external file (initializers, sparse ones, node attributes, subgraphs, functions)."""
+    found: list[str] = []
+
+    def tensor(t: Any) -> None:
+        if t.data_location == _EXTERNAL or len(t.external_data):
+            where = next((e.value for e in t.external_data if e.key == "location"), "?")
+            found.append(f"{t.name or '?'} -> {where}")
+
+    def sparse(s: Any) -> None:
+        tensor(s.values)
+        tensor(s.indices)
+
+    def attribute(a: Any) -> None:
+        for t in (a.t, *a.tensors):
+            tensor(t)
+        for s in (a.sparse_tensor, *a.sparse_tensors):
+            sparse(s)
+        for g in (a.g, *a.graphs):
+            graph(g)
+
+    def nodes(ns: Any) -> None:
+        for n in ns:
+            for a in n.attribute:
+                attribute(a)
+
+    def graph(g: Any) -> None:
+        for t in g.initializer:
+            tensor(t)
+        for s in g.sparse_initializer:
+            sparse(s)
+        nodes(g.node)
+
+    parsed = _ModelTensorPlaces.FromString(model)
+    graph(parsed.graph)
+    for info in parsed.training_info:
+        graph(info.initialization)
+        graph(info.algorithm)
+    for function in parsed.functions:
+        nodes(function.node)
+        for a in function.attribute_proto:
+            attribute(a)
+    return found
+
+
 def load_bundle(path: str | Path) -> Bundle:
-    """Read and verify a bundle directory (files present, checksums match)."""
+    """Read and verify a bundle directory (files present, checksums match, no tensor kept in
+    an external data file)."""
     path = Path(path)
     config = read_config(path / CONFIG_FILE)
     for name, expected in ((MODEL_FILE, config.model_sha256), (TOKENIZER_FILE, config.tokenizer_sha256)):
@@ -251,6 +352,16 @@ def load_bundle(path: str | Path) -> Bundle:
         actual = sha256_file(file)
         if actual != expected:
             raise BundleError(f"{file}: sha256 {actual} does not match config.json ({expected}); the file was altered")
+    model = path / MODEL_FILE
+    try:
+        external = external_data(model.read_bytes())
+    except DecodeError:
+        raise BundleError(f"{model}: not an ONNX model (protobuf does not parse)") from None
+    if external:
+        shown = ", ".join(external[:3]) + (f" and {len(external) - 3} more" if len(external) > 3 else "")
+        raise BundleError(f"{model}: {len(external)} tensor(s) keep their data in external files ({shown}), "
+                          "which config.json's checksums do not cover; export the model with its weights inside "
+                          "model.onnx")
     return Bundle(path, config)
 
 

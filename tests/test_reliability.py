@@ -169,7 +169,7 @@ def test_broken_bundles_are_refused_at_start_and_never_ready(service_bundles, tm
 
     assert "sha256" in failures["nli"] and "missing" in failures["fever"]
     assert "5 labels" in failures["topic"] and "4 logits" in failures["topic"]
-    assert "onnxruntime cannot load it" in failures["sentiment"]
+    assert "not an ONNX model" in failures["sentiment"]
     assert not (tmp_path / "pwned-model").exists()
     assert any(r["message"] == "service not ready" for r in server.log_records())
 
@@ -204,6 +204,71 @@ def test_altered_tokenizer_is_refused_by_its_checksum_naming_the_file(service_bu
     # the same file, vouched for by config.json, loads: only the checksum refused it above
     set_checksum(bundle, "tokenizer.json", "tokenizer_sha256")
     ModelRuntime.load(bundle, ["CPUExecutionProvider"], threads=1)
+
+
+def test_weights_in_an_external_data_file_are_refused(service_bundles, tmp_path):
+    """Issue 33: a model.onnx that keeps its weights in a weights.bin beside it (config.json
+    vouching for model.onnx only) is refused; before, it loaded, and zeroing weights.bin changed
+    the answers under the same version and model_sha256."""
+    onnx = pytest.importorskip("onnx")
+    from service.bundle import BundleError, load_bundle
+    from service.runtime import ModelRuntime
+
+    bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
+    model = onnx.load(bundle / "model.onnx")
+    onnx.save_model(model, bundle / "model.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="weights.bin", size_threshold=1024)
+    set_checksum(bundle, "model.onnx", "model_sha256")
+    weights = bundle / "weights.bin"
+    weights.write_bytes(bytes(weights.stat().st_size))  # tampered: every weight 0
+    message = r"model\.onnx: \d+ tensor\(s\) keep their data in external files \(.* -> weights\.bin"
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle)
+    with pytest.raises(BundleError, match=message):
+        ModelRuntime.load(bundle, ["CPUExecutionProvider"], threads=1)
+
+
+def test_external_data_is_found_wherever_a_tensor_can_sit():
+    """In a subgraph's node attribute, a sparse initializer, a function's node: every place of
+    the subset of onnx.proto service.bundle reads, whose field numbers are onnx's own."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from onnx.external_data_helper import set_external_data
+
+    import numpy as np
+    from service.bundle import _ONNX_TENSOR_PLACES, external_data
+
+    for message, fields in _ONNX_TENSOR_PLACES.items():
+        descriptor = getattr(onnx, message).DESCRIPTOR
+        for name, number, kind in fields:
+            field = descriptor.fields_by_name[name]
+            assert field.number == number, (message, name)
+            assert field.is_repeated == kind.startswith("*"), (message, name)
+            if field.message_type is not None:
+                assert field.message_type.name == kind.lstrip("*"), (message, name)
+
+    def external(name: str) -> "onnx.TensorProto":
+        tensor = numpy_helper.from_array(np.zeros(4, dtype=np.float32), name)
+        set_external_data(tensor, location=f"{name}.bin")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.ClearField("raw_data")
+        return tensor
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])
+    def graph(nodes, initializers=(), sparse=()):
+        return helper.make_graph(nodes, "g", [x], [x], list(initializers), sparse_initializer=list(sparse))
+    inner = graph([helper.make_node("Constant", [], ["c"], value=external("in_subgraph"))])
+    outer = graph([helper.make_node("If", ["x"], ["x"], then_branch=inner, else_branch=graph([]))],
+                  sparse=[helper.make_sparse_tensor(external("sparse_values"),
+                                                    numpy_helper.from_array(np.arange(4, dtype=np.int64), "i"), [4])])
+    function = helper.make_function("local", "f", ["a"], ["b"],
+                                    [helper.make_node("Constant", [], ["b"], value=external("in_function"))],
+                                    [helper.make_opsetid("", 17)])
+    model = helper.make_model(outer, functions=[function])
+    found = sorted(external_data(model.SerializeToString()))
+    assert found == ["in_function -> in_function.bin", "in_subgraph -> in_subgraph.bin",
+                     "sparse_values -> sparse_values.bin"]
+    assert external_data(helper.make_model(graph([])).SerializeToString()) == []
 
 
 def test_smuggled_pickle_tokenizer_is_refused_naming_the_file(service_bundles, tmp_path):
@@ -286,7 +351,8 @@ def test_serving_code_loads_files_only_through_onnxruntime_and_tokenizers():
     imports are the web stack, numpy (arrays it builds itself), and the two loaders."""
     allowed = {"numpy", "onnxruntime", "tokenizers", "fastapi", "starlette", "pydantic", "pydantic_settings",
                "prometheus_client", "uvicorn", "typer", "service",
-               "httptools"}  # service/http.py: uvicorn's own parser, for its exception classes
+               "httptools",  # service/http.py: uvicorn's own parser, for its exception classes
+               "google"}  # protobuf (onnxruntime's own dependency): service/bundle.py reads where tensors keep their data
     third_party = set()
     for f in sorted((REPO / "service").glob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
