@@ -29,6 +29,7 @@ from typing import AsyncIterator, Callable
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.auth import ApiKeyMiddleware
 from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
 from service.engine import Engine, warm_up
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, install_error_handlers
@@ -514,7 +515,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(oip_router)
     if settings.ui:
         mount_ui(app)
-    # Outermost first: metrics also see the 413s of the body limit.
+    # Outermost first: metrics also see the 401s of the API keys and the 413s of the body limit;
+    # the key is checked before the body is read.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, service=service)
+    if settings.api_keys:
+        app.add_middleware(ApiKeyMiddleware, keys=[k.get_secret_value() for k in settings.api_keys],
+                           metrics_require_key=settings.metrics_require_key)
+        log.info("API keys required", extra={"keys": len(settings.api_keys),
+                                             "metrics_require_key": settings.metrics_require_key})
     app.add_middleware(RequestMetricsMiddleware, metrics=service.metrics)
     return app

@@ -8,11 +8,16 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# An API key is a bearer token (RFC 6750's b64token), long enough not to be guessed.
+MIN_KEY_CHARS = 16
+_TOKEN = re.compile(rf"[A-Za-z0-9\-._~+/]{{{MIN_KEY_CHARS},}}=*")
 
 # The bundled models shipped with the repository: <repo>/model_repository.
 DEFAULT_MODEL_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
@@ -27,8 +32,18 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _checked_keys(keys: list[SecretStr], source: str) -> list[SecretStr]:
+    for i, key in enumerate(keys):  # the key itself is never part of the message
+        if not _TOKEN.fullmatch(key.get_secret_value()):
+            raise ValueError(f"{source}: key {i + 1}: use at least {MIN_KEY_CHARS} characters of A-Z a-z 0-9 - . _ ~ + / "
+                             "(a bearer token, RFC 6750)")
+    return keys
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ATTSERVE_", extra="ignore", protected_namespaces=())
+    # hide_input_in_errors: an invalid API key is not repeated in the error
+    model_config = SettingsConfigDict(env_prefix="ATTSERVE_", extra="ignore", protected_namespaces=(),
+                                      hide_input_in_errors=True)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -109,6 +124,14 @@ class Settings(BaseSettings):
     # /ui, the explanation page (static files from the package, no CDN, strict CSP)
     ui: bool = True
 
+    # API keys: with any set, every route but the health checks (and /metrics, unless
+    # metrics_require_key) answers 401 without `Authorization: Bearer <one of them>`
+    # (service.auth). Comma-separated, and/or a file of one key per line (a Docker or Kubernetes
+    # secret), read once at start; SecretStr, so neither repr() nor a log shows them.
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    api_keys_file: Path | None = None
+    metrics_require_key: bool = False
+
     shutdown_timeout_s: float = Field(30.0, ge=0)
     log_level: str = "INFO"
     access_log: bool = False
@@ -135,6 +158,33 @@ class Settings(BaseSettings):
                     paths.append(item)
             return paths
         return value
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_api_keys(cls, value: object) -> object:
+        if isinstance(value, (str, SecretStr)):
+            raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+            return [k.strip() for k in raw.split(",") if k.strip()]
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _check_api_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        # after the SecretStr conversion: an error shows the input as '**********'
+        return _checked_keys(keys, "ATTSERVE_API_KEYS")
+
+    @model_validator(mode="after")
+    def _read_api_keys_file(self) -> "Settings":
+        if self.api_keys_file is not None:
+            try:
+                lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"api_keys_file {self.api_keys_file}: cannot read it ({type(exc).__name__})") from None
+            keys = [SecretStr(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+            if not keys:
+                raise ValueError(f"api_keys_file {self.api_keys_file} holds no key (one per line)")
+            self.api_keys = [*self.api_keys, *_checked_keys(keys, str(self.api_keys_file))]
+        return self
 
     @field_validator("log_level")
     @classmethod

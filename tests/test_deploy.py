@@ -153,6 +153,26 @@ def test_compose_stack_is_locked_down():
     assert ports[0]["host_ip"] == "0.0.0.0"
 
 
+def test_compose_passes_the_api_keys_from_an_env_file(tmp_path):
+    """Issue 33: ATTSERVE_API_KEYS (or a mounted secret named in ATTSERVE_API_KEYS_FILE) reaches
+    every replica from the shell or an .env file; unset, the replicas ask for no key."""
+    without = resolved_compose("gpu")["services"]
+    assert all(without[name]["environment"].get("ATTSERVE_API_KEYS") is None for name in ("api", "api-gpu"))
+    env_file = tmp_path / "attserve.env"
+    env_file.write_text("ATTSERVE_API_KEYS=key-from-the-env-file-0123\n")
+    result = subprocess.run([compose_binary(), "--project-directory", str(REPO), "-f", str(COMPOSE_FILE),
+                             "--env-file", str(env_file), "--profile", "gpu", "config", "--format", "json"],
+                            capture_output=True, text=True, timeout=60, cwd=REPO, env=compose_env())
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    for name in ("api", "api-gpu"):
+        assert services[name]["environment"]["ATTSERVE_API_KEYS"] == "key-from-the-env-file-0123"
+    # the healthcheck probes a route that needs no key
+    from service.auth import HEALTH_PATHS
+
+    assert any(path in " ".join(services["api"]["healthcheck"]["test"]) for path in HEALTH_PATHS)
+
+
 def test_compose_refuses_to_start_without_a_grafana_password():
     env = {k: v for k, v in compose_env().items() if k != "GRAFANA_ADMIN_PASSWORD"}
     result = compose_config(COMPOSE_FILE, env=env)

@@ -553,3 +553,98 @@ def test_a_413_closes_the_connection_however_slowly_the_body_comes(guarded_serve
     assert status == 413 and body["error"]["code"] == "body_too_large"
     assert data.count(b"HTTP/1.1") == 1  # no 431 for the body's rest taken as headers
     assert closed_after < 1.0, closed_after
+
+
+# --- issue 33: optional API keys ------------------------------------------------------------------
+
+KEY = "test-key-0123456789abcdef"
+NLI_INFER = {"inputs": [{"name": "premise", "shape": [1], "datatype": "BYTES", "data": ["a man sleeps"]},
+                        {"name": "hypothesis", "shape": [1], "datatype": "BYTES", "data": ["a man"]}]}
+# one request for every route of the app (the test fails when a route is added without one)
+ROUTE_REQUESTS = {
+    "/openapi.json": ("GET", "/openapi.json", None), "/docs": ("GET", "/docs", None),
+    "/docs/oauth2-redirect": ("GET", "/docs/oauth2-redirect", None), "/redoc": ("GET", "/redoc", None),
+    "/classify": ("POST", "/classify", {"text": "a fine day"}),
+    "/entailment": ("POST", "/entailment", {"premise": "a man sleeps", "hypothesis": "a man"}),
+    "/verify": ("POST", "/verify", {"claim": "a dog runs", "evidence": ["a dog runs fast"]}),
+    "/": ("GET", "/", None), "/v1/models": ("GET", "/v1/models", None), "/metrics": ("GET", "/metrics", None),
+    "/health/live": ("GET", "/health/live", None), "/health/ready": ("GET", "/health/ready", None),
+    "/v2": ("GET", "/v2", None), "/v2/health/live": ("GET", "/v2/health/live", None),
+    "/v2/health/ready": ("GET", "/v2/health/ready", None),
+    "/v2/models/{name}": ("GET", "/v2/models/nli", None),
+    "/v2/models/{name}/versions/{version}": ("GET", "/v2/models/nli/versions/test-1", None),
+    "/v2/models/{name}/ready": ("GET", "/v2/models/nli/ready", None),
+    "/v2/models/{name}/versions/{version}/ready": ("GET", "/v2/models/nli/versions/test-1/ready", None),
+    "/v2/models/{name}/infer": ("POST", "/v2/models/nli/infer", NLI_INFER),
+    "/v2/models/{name}/versions/{version}/infer": ("POST", "/v2/models/nli/versions/test-1/infer", NLI_INFER),
+    "/ui": ("GET", "/ui", None), "/ui/{path}": ("GET", "/ui/ui.js", None),
+}
+HEALTH = {"/health/live", "/health/ready", "/v2/health/live", "/v2/health/ready"}
+
+
+def route_paths(routes) -> set[str]:
+    out = set()
+    for route in routes:
+        if hasattr(route, "original_router"):  # an included router
+            out |= route_paths(route.original_router.routes)
+        else:
+            out.add(route.path + ("/{path}" if type(route).__name__ == "Mount" else ""))
+    return out
+
+
+@pytest.mark.parametrize("metrics_require_key", [False, True])
+def test_with_api_keys_every_route_but_health_needs_one(service_bundles, caplog, metrics_require_key):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    async def scenario():
+        keys = f"{KEY},other-key-0123456789abcdef"
+        async with running_app(settings(service_bundles, api_keys=keys,
+                                        metrics_require_key=metrics_require_key)) as (app, client):
+            assert route_paths(app.routes) == set(ROUTE_REQUESTS)
+            out = {}
+            for route, (method, url, body) in ROUTE_REQUESTS.items():
+                answers = []
+                for headers in ({}, {"authorization": "Bearer wrong-key-0123456789abcdef"},
+                                {"authorization": f"Basic {KEY}"}, {"authorization": f"Bearer {KEY}"},
+                                {"authorization": "bearer other-key-0123456789abcdef"}):
+                    r = await client.request(method, url, json=body, headers=headers)
+                    answers.append(r)
+                out[route] = answers
+            return out
+    answers = asyncio.run(scenario())
+    for route, (none, wrong, basic, good, other) in answers.items():
+        ok = 307 if route == "/ui" else 200  # /ui redirects to the page at /ui/
+        assert good.status_code == other.status_code == ok, (route, good.text[:200])
+        if route in HEALTH or (route == "/metrics" and not metrics_require_key):
+            assert none.status_code == ok, route
+            continue
+        for r in (none, wrong, basic):
+            assert r.status_code == 401, (route, r.status_code)
+            assert r.headers["www-authenticate"].startswith('Bearer realm="attserve"')
+            assert r.headers["connection"] == "close"
+            body = r.json()
+            message = body["error"] if route.startswith("/v2") else body["error"]["message"]
+            assert "wrong-key" not in message and KEY not in message
+            if not route.startswith("/v2"):
+                assert body["error"]["code"] == "unauthorized"
+        assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+    logged = "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)
+    assert KEY not in logged and "wrong-key" not in logged
+
+
+def test_api_keys_come_from_a_file_and_are_never_shown(tmp_path):
+    from pydantic import ValidationError
+
+    keys = tmp_path / "keys"
+    keys.write_text(f"# one per line\n{KEY}\n\nsecond-key-0123456789abcdef\n")
+    loaded = Settings(api_keys_file=keys)
+    assert [k.get_secret_value() for k in loaded.api_keys] == [KEY, "second-key-0123456789abcdef"]
+    assert KEY not in repr(loaded) and KEY not in str(loaded.model_dump())
+    for bad in ({"api_keys": "short-key"}, {"api_keys_file": tmp_path / "missing"}):
+        with pytest.raises(ValidationError) as caught:
+            Settings(**bad)
+        assert "short-key" not in str(caught.value)
+    keys.write_text("# no key here\n\n")
+    with pytest.raises(ValidationError, match="holds no key"):
+        Settings(api_keys_file=keys)

@@ -249,7 +249,8 @@ def image_env(overlay: str) -> dict[str, str]:
 
 
 def container_env(container: dict) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container.get("env", [])}
+    """The plain values (not those taken from a Secret)."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
 def image_port(overlay: str) -> int:
@@ -289,6 +290,19 @@ def test_probes_use_the_services_health_endpoints_on_its_port(rendered, service_
             return {path: (await client.get(path)).status_code for path in sorted(probe_paths)}
 
     assert asyncio.run(scenario()) == {"/health/live": 200, "/health/ready": 200}
+
+
+def test_api_keys_come_from_an_optional_secret(rendered):
+    """Issue 33: every overlay takes ATTSERVE_API_KEYS from the Secret attserve-api-keys, which
+    may be absent (no keys); the probes' paths need no key."""
+    from service.auth import HEALTH_PATHS
+
+    for overlay, objects in rendered.items():
+        container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        (keys,) = [e for e in container["env"] if e["name"] == "ATTSERVE_API_KEYS"]
+        assert keys["valueFrom"]["secretKeyRef"] == {"name": "attserve-api-keys", "key": "keys", "optional": True}
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"]["path"] in HEALTH_PATHS, (overlay, probe)
 
 
 def test_gpu_overlay_asks_for_one_gpu_and_the_gpu_image(rendered):
