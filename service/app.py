@@ -29,10 +29,11 @@ from typing import AsyncIterator, Callable
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import ApiKeyMiddleware
+from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
 from service.engine import Engine, warm_up
-from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, install_error_handlers
+from service.errors import (NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, excerpt,
+                            install_error_handlers)
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
@@ -59,17 +60,7 @@ TASK_OF_ENDPOINT = {"classify": "classification", "entailment": "entailment", "v
 
 # --- what error messages may show ------------------------------------------------------------
 
-EXCERPT_CHARS = 40
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s'\":,;()\[\]]+/)*([^\s'\":,;()\[\]/]+)")
-
-
-def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
-    """A short, escaped quote of user input for an error message: repr() of at most `limit`
-    characters (control and invisible characters come out as escapes), and the full length
-    when cut."""
-    if len(value) <= limit:
-        return ascii(value)
-    return f"{ascii(value[:limit])}... ({len(value)} characters)"
 
 
 def public_message(message: str, repositories: list[Path]) -> str:
@@ -515,13 +506,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(oip_router)
     if settings.ui:
         mount_ui(app)
-    # Outermost first: metrics also see the 401s of the API keys and the 413s of the body limit;
-    # the key is checked before the body is read.
+    # Outermost first: metrics also see the 400s of the Host allow-list, the 401s of the API
+    # keys and the 413s of the body limit; host and key are checked before the body is read.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, service=service)
     if settings.api_keys:
-        app.add_middleware(ApiKeyMiddleware, keys=[k.get_secret_value() for k in settings.api_keys],
-                           metrics_require_key=settings.metrics_require_key)
+        app.add_middleware(ApiKeyMiddleware, settings=settings)
         log.info("API keys required", extra={"keys": len(settings.api_keys),
                                              "metrics_require_key": settings.metrics_require_key})
+    if settings.allowed_hosts:
+        app.add_middleware(HostAllowListMiddleware, settings=settings)
     app.add_middleware(RequestMetricsMiddleware, metrics=service.metrics)
     return app

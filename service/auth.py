@@ -1,11 +1,17 @@
-"""Optional API keys (issue 33): with `ATTSERVE_API_KEYS` or `ATTSERVE_API_KEYS_FILE` set,
-every route but the health checks answers 401 unless the request carries
-`Authorization: Bearer <one of the keys>`; `/metrics` stays open unless
-`ATTSERVE_METRICS_REQUIRE_KEY` (Prometheus scrapes it from inside the deployment).
+"""Who may call (issue 33), both optional and both checked before the body is read:
 
-The token is compared in constant time (hmac.compare_digest of SHA-256 digests, so neither
-its content nor its length shows in the timing, and every key is compared), and it is never
-logged or repeated: the 401 says only what is missing. It is checked before the body is read.
+- API keys: with `ATTSERVE_API_KEYS` or `ATTSERVE_API_KEYS_FILE` set, every route but the
+  health checks answers 401 unless the request carries `Authorization: Bearer <one of the
+  keys>`. The token is compared in constant time (hmac.compare_digest of SHA-256 digests, so
+  neither its content nor its length shows in the timing, and every key is compared), and it
+  is never logged or repeated: the 401 says only what is missing.
+- A Host allow-list: with `ATTSERVE_ALLOWED_HOSTS` set, a request whose Host header names
+  another host is 400 `invalid_host` (a web page that rebinds its own DNS name to this
+  server's address sends its own name).
+
+Both leave the health checks open (what load balancers and orchestrators probe, by address),
+and `/metrics` unless `ATTSERVE_METRICS_REQUIRE_KEY` (Prometheus scrapes it by address from
+inside the deployment).
 """
 
 from __future__ import annotations
@@ -15,11 +21,17 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import error_response
+from service.errors import error_response, excerpt
+from service.settings import Settings
 
 # what a load balancer or an orchestrator probes: never behind a key
 HEALTH_PATHS = frozenset({"/health/live", "/health/ready", "/v2/health/live", "/v2/health/ready"})
 CHALLENGE = 'Bearer realm="attserve"'
+
+
+def open_paths(settings: Settings) -> frozenset[str]:
+    """The paths neither check applies to."""
+    return HEALTH_PATHS if settings.metrics_require_key else HEALTH_PATHS | {"/metrics"}
 
 
 def _digest(token: bytes) -> bytes:
@@ -27,10 +39,10 @@ def _digest(token: bytes) -> bytes:
 
 
 class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: list[str], metrics_require_key: bool = False) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
-        self.digests = [_digest(k.encode()) for k in keys]
-        self.open_paths = HEALTH_PATHS if metrics_require_key else HEALTH_PATHS | {"/metrics"}
+        self.digests = [_digest(k.get_secret_value().encode()) for k in settings.api_keys]
+        self.open_paths = open_paths(settings)
 
     def authorized(self, scope: Scope) -> bool | None:
         """True for a known key, False for another token, None for no bearer token."""
@@ -62,4 +74,41 @@ class ApiKeyMiddleware:
         # closed: a body the client may still be sending is never read
         response = error_response(401, "unauthorized", message, {"WWW-Authenticate": challenge, "Connection": "close"},
                                   path=scope["path"])
+        await response(scope, receive, send)
+
+
+def host_name(header: bytes) -> str:
+    """The host of a Host header, lowercased, without its port ("[::1]:8000" -> "[::1]")."""
+    host = header.decode("latin-1").strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class HostAllowListMiddleware:
+    """400 `invalid_host` for a Host header outside `ATTSERVE_ALLOWED_HOSTS` (exact names, or
+    `*.example.com` for its subdomains; no Host header counts as outside)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        hosts = [h.strip().lower() for h in settings.allowed_hosts or []]
+        self.exact = frozenset(h for h in hosts if not h.startswith("*."))
+        self.suffixes = tuple(h[1:] for h in hosts if h.startswith("*."))
+        self.open_paths = open_paths(settings)
+
+    def allowed(self, scope: Scope) -> bool:
+        header = next((v for k, v in scope.get("headers", []) if k == b"host"), None)
+        if header is None:
+            return False
+        host = host_name(header)
+        return host in self.exact or host.endswith(self.suffixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths or self.allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope.get("headers", []) if k == b"host"), b"")
+        message = (f"host {excerpt(host_name(header))} is not served here: a host of ATTSERVE_ALLOWED_HOSTS "
+                   "must be named in the Host header")
+        response = error_response(400, "invalid_host", message, {"Connection": "close"}, path=scope["path"])
         await response(scope, receive, send)

@@ -86,6 +86,18 @@ class InferenceFailed(ServiceError):
     status, code = 500, "inference_failed"
 
 
+EXCERPT_CHARS = 40
+
+
+def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
+    """A short, escaped quote of user input for an error message: repr() of at most `limit`
+    characters (control and invisible characters come out as escapes), and the full length
+    when cut."""
+    if len(value) <= limit:
+        return ascii(value)
+    return f"{ascii(value[:limit])}... ({len(value)} characters)"
+
+
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
                    path: str = "") -> JSONResponse:
     """The task API's error body; under /v2 the Open Inference Protocol's `{"error": "..."}`."""

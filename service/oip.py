@@ -35,9 +35,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.app import ModelEntry, Service, excerpt
+from service.app import ModelEntry, Service
 from service.engine import Engine
-from service.errors import InvalidInput, ServiceError
+from service.errors import InvalidInput, ServiceError, UnsupportedMediaType, excerpt
 from service.routes import run_inputs
 from service.tasks import TASK_FIELDS
 
@@ -231,7 +231,7 @@ async def model_ready(request: Request, name: str, version: str | None = None) -
 
 _INFER_DOC: dict[str, Any] = {
     "response_model": InferResponse,
-    "responses": {200: {"content": {"application/octet-stream": {}}}, **_errors(400, 404, 413, 422, 429, 503, 504)},
+    "responses": {200: {"content": {"application/octet-stream": {}}}, **_errors(400, 404, 413, 415, 422, 429, 503, 504)},
     # the body is read raw (JSON, or a JSON header + binary tensors): declared here for clients
     "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {"schema": _inline_schema(_InferRequest)}}}},
 }
@@ -241,6 +241,7 @@ _INFER_DOC: dict[str, Any] = {
 @router.post("/models/{name}/versions/{version}/infer", **_INFER_DOC)
 async def infer(request: Request, name: str, version: str | None = None) -> Response:
     entry = _entry(request, name, version)
+    _check_media_type(request.headers.get("content-type"))
     raw = await request.body()
     infer_request, binary = _parse(raw, request.headers.get(HEADER_LENGTH))
     task = entry.config.task
@@ -251,6 +252,18 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
 
 
 # --- request decoding ---------------------------------------------------------------------------
+
+# JSON, and the binary tensor extension's JSON header + tensors. Not text/plain or the form
+# types, which a web page may POST to another origin without a CORS preflight. No content-type
+# at all stays accepted: tritonclient sends none.
+MEDIA_TYPES = ("application/json", "application/octet-stream")
+
+
+def _check_media_type(content_type: str | None) -> None:
+    if content_type is not None and content_type.split(";")[0].strip().lower() not in MEDIA_TYPES:
+        raise UnsupportedMediaType(f"content-type {excerpt(content_type.split(';')[0].strip())}: send "
+                                   "application/json (application/octet-stream with the binary tensor extension)")
+
 
 def _parse(raw: bytes, header_length: str | None) -> tuple[_InferRequest, bytes]:
     if header_length is not None:

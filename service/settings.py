@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     api_keys_file: Path | None = None
     metrics_require_key: bool = False
+    # Host names (comma-separated; `*.example.com` for subdomains) a request's Host header must
+    # name, on the same routes; None: any. Against DNS rebinding: a web page that points its
+    # own name at this server's address still sends its own name.
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
 
     shutdown_timeout_s: float = Field(30.0, ge=0)
     log_level: str = "INFO"
@@ -142,6 +146,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             names = [v.strip() for v in value.split(",") if v.strip()]
             return names or None
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()] or None
         return value
 
     @field_validator("model_repository", mode="before")

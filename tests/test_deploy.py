@@ -173,6 +173,18 @@ def test_compose_passes_the_api_keys_from_an_env_file(tmp_path):
     assert any(path in " ".join(services["api"]["healthcheck"]["test"]) for path in HEALTH_PATHS)
 
 
+def test_the_proxy_keeps_metrics_and_foreign_hosts_out():
+    """Issue 33: nginx does not publish /metrics (Prometheus scrapes the replicas directly), and
+    the replicas answer only the host names of the localhost-only published port."""
+    conf = (REPO / "docker" / "nginx" / "nginx.conf").read_text()
+    block = re.search(r"location = /metrics \{(.*?)\}", conf, re.S)
+    assert block and "return 404" in block.group(1) and "proxy_pass" not in block.group(1)
+    assert "proxy_set_header Host $host;" in conf  # what the allow-list sees is the client's Host
+    for name in ("api", "api-gpu"):
+        hosts = resolved_compose("gpu")["services"][name]["environment"]["ATTSERVE_ALLOWED_HOSTS"]
+        assert set(hosts.split(",")) == {"localhost", "127.0.0.1", "[::1]"}
+
+
 def test_compose_refuses_to_start_without_a_grafana_password():
     env = {k: v for k, v in compose_env().items() if k != "GRAFANA_ADMIN_PASSWORD"}
     result = compose_config(COMPOSE_FILE, env=env)

@@ -648,3 +648,43 @@ def test_api_keys_come_from_a_file_and_are_never_shown(tmp_path):
     keys.write_text("# no key here\n\n")
     with pytest.raises(ValidationError, match="holds no key"):
         Settings(api_keys_file=keys)
+
+
+# --- issue 33: Host allow-list, /v2 media types -------------------------------------------------
+
+def test_a_host_outside_the_allow_list_is_400_but_health_stays_open(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles, allowed_hosts="localhost, *.example.org,[::1]")) as (app, client):
+            out = {}
+            for host in ("localhost", "localhost:8000", "api.example.org", "[::1]:8000", "evil.example.com",
+                         "example.org", "127.0.0.1", "localhost.evil.com"):
+                out[host] = (await client.post("/classify", json={"text": "a fine day"}, headers={"host": host}),
+                             await client.get("/v2", headers={"host": host}),
+                             await client.get("/health/ready", headers={"host": host}),
+                             await client.get("/metrics", headers={"host": host}))
+            return out
+    answers = asyncio.run(scenario())
+    for host, (classify, v2, health, metrics) in answers.items():
+        assert health.status_code == metrics.status_code == 200, host
+        if host in ("localhost", "localhost:8000", "api.example.org", "[::1]:8000"):
+            assert classify.status_code == v2.status_code == 200, host
+            continue
+        message = error_of(classify, 400, "invalid_host")
+        assert ascii(host.split(":")[0]) in message and "ATTSERVE_ALLOWED_HOSTS" in message
+        assert v2.status_code == 400 and set(v2.json()) == {"error"}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", "text/plain; charset=utf-8"])
+def test_v2_infer_refuses_the_content_types_a_web_page_sends_without_preflight(service_bundles, content_type):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            body = json.dumps(NLI_INFER).encode()
+            refused = await client.post("/v2/models/nli/infer", content=body, headers={"content-type": content_type})
+            accepted = [await client.post("/v2/models/nli/infer", content=body, headers=headers)
+                        for headers in ({"content-type": "application/json; charset=utf-8"},
+                                        {"content-type": "application/octet-stream"}, {})]
+            return refused, accepted
+    refused, accepted = asyncio.run(scenario())
+    assert "application/json" in v2_error(refused, 415)
+    assert [r.status_code for r in accepted] == [200, 200, 200]
