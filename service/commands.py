@@ -63,6 +63,9 @@ def serve(
             # discovery refuses (a typo in --models, an empty repository, an invalid bundle)
             requested_providers(settings.device)
             check_repositories(settings)
+            from service.workers import prepare_shared_dir
+
+            shared = prepare_shared_dir()
         else:
             server = build_server(settings)
     except (DeviceUnavailable, StartupError) as exc:
@@ -72,7 +75,7 @@ def serve(
     if settings.workers > 1:
         from service.workers import run_workers
 
-        sys.exit(run_workers(settings, backlog(settings)))
+        sys.exit(run_workers(settings, backlog(settings), shared))
     sys.exit(run_server(server))
 
 

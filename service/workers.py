@@ -10,7 +10,8 @@ went mostly to one worker, and two workers measured 0.91x to 1.94x one worker fr
 Each worker loads every model and warms it up itself.
 
 Shared across workers, through one directory per start (`PROMETHEUS_MULTIPROC_DIR`, a fresh
-temporary directory unless the environment names one; emptied at start):
+temporary directory unless the environment names one; emptied at start, and only when it is
+empty already or carries the service's marker file: another directory stops start-up):
   * metrics: prometheus-client's multiprocess mode; `/metrics` on any worker is the sum over
     all of them (queue depth: the sum over live workers);
   * readiness: a worker writes `workers/<pid>` once its models are ready and removes it when
@@ -42,6 +43,8 @@ from typing import Any
 log = logging.getLogger("service.workers")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# written into a named PROMETHEUS_MULTIPROC_DIR: the directory is the service's own to empty
+MULTIPROC_MARKER = ".attserve-multiproc"
 WORKER_COUNT_ENV = "ATTSERVE_WORKER_COUNT"  # set by the supervisor for its workers only
 CRASH_WINDOW_S = 10.0
 MAX_QUICK_CRASHES = 3
@@ -135,15 +138,27 @@ def _worker_main(settings: Any, backlog: int, supervisor_pid: int) -> None:
     raise SystemExit(run_server(server, sockets=[sock]))
 
 
-def _prepare_shared_dir() -> Path:
+def prepare_shared_dir() -> Path:
+    """The workers' shared directory: a fresh temporary one, or PROMETHEUS_MULTIPROC_DIR
+    emptied (stale files would add old counts to the sums) and marked as the service's. A
+    named directory that holds files but not the marker may be anything (a volume, /tmp):
+    StartupError, and nothing in it is touched."""
+    from service.app import StartupError
+
     named = os.environ.get(MULTIPROC_ENV)
-    if named:
-        shared = Path(named)
-        shared.mkdir(parents=True, exist_ok=True)
-        for child in shared.iterdir():  # stale files would add old counts to the sums
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-        return shared
-    return Path(tempfile.mkdtemp(prefix="attserve-workers-"))
+    if not named:
+        return Path(tempfile.mkdtemp(prefix="attserve-workers-"))
+    shared = Path(named)
+    shared.mkdir(parents=True, exist_ok=True)
+    marker = shared / MULTIPROC_MARKER
+    stale = [child for child in shared.iterdir() if child.name != MULTIPROC_MARKER]
+    if stale and not marker.is_file():
+        raise StartupError(f"{MULTIPROC_ENV}={shared} holds files and is not the service's (no {MULTIPROC_MARKER} "
+                           "in it); name an empty or new directory: the service empties it at every start")
+    for child in stale:
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    marker.write_text("attserve's metrics directory for its workers: emptied at every start\n")
+    return shared
 
 
 def bind(host: str, port: int, backlog: int | None) -> socket.socket:
@@ -159,11 +174,11 @@ def bind(host: str, port: int, backlog: int | None) -> socket.socket:
     return sock
 
 
-def run_workers(settings: Any, backlog: int) -> int:
-    """Supervise `settings.workers` worker processes; the exit code of the service."""
+def run_workers(settings: Any, backlog: int, shared: Path) -> int:
+    """Supervise `settings.workers` worker processes sharing `shared` (prepare_shared_dir);
+    the exit code of the service."""
     from prometheus_client import multiprocess
 
-    shared = _prepare_shared_dir()
     created = MULTIPROC_ENV not in os.environ
     os.environ[MULTIPROC_ENV] = str(shared)  # inherited by the spawned workers
     os.environ[WORKER_COUNT_ENV] = str(settings.workers)

@@ -158,3 +158,41 @@ def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path)
                 pass
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{server.base}/health/live", timeout=2)
+
+
+def test_a_named_metrics_directory_is_emptied_only_when_it_is_the_services(tmp_path, monkeypatch):
+    """Issue 33: PROMETHEUS_MULTIPROC_DIR pointing at a directory with other files (a volume,
+    /tmp) stops start-up and keeps them; the service's own directory (its marker) is emptied."""
+    from service.app import StartupError
+    from service.workers import MULTIPROC_ENV, MULTIPROC_MARKER, prepare_shared_dir
+
+    foreign = tmp_path / "data"
+    (foreign / "keep").mkdir(parents=True)
+    (foreign / "precious.txt").write_text("not the service's")
+    monkeypatch.setenv(MULTIPROC_ENV, str(foreign))
+    with pytest.raises(StartupError, match="holds files and is not the service's"):
+        prepare_shared_dir()
+    assert sorted(p.name for p in foreign.iterdir()) == ["keep", "precious.txt"]
+
+    own = tmp_path / "metrics"  # new: created and marked; then stale files of a run are emptied
+    monkeypatch.setenv(MULTIPROC_ENV, str(own))
+    assert prepare_shared_dir() == own and [p.name for p in own.iterdir()] == [MULTIPROC_MARKER]
+    (own / "counter_123.db").write_bytes(b"old counts")
+    (own / "workers").mkdir()
+    (own / "workers" / "123").touch()
+    (own / "link").symlink_to(foreign)
+    prepare_shared_dir()
+    assert [p.name for p in own.iterdir()] == [MULTIPROC_MARKER]
+    assert (foreign / "precious.txt").exists()  # a link is removed, not followed
+
+
+def test_workers_refuse_a_foreign_metrics_directory_before_spawning(service_bundles, tmp_path):
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("not the service's")
+    env = {**os.environ, "ATTSERVE_MODEL_REPOSITORY": str(service_bundles), "ATTSERVE_WORKERS": "2",
+           "PROMETHEUS_MULTIPROC_DIR": str(foreign), "ATTSERVE_PORT": "0"}
+    result = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "not the service's" in result.stderr
+    assert (foreign / "precious.txt").read_text() == "not the service's"
