@@ -495,7 +495,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Entailment, claim verification and text classification with attentive-convolution networks.",
         lifespan=lifespan,
         # Swagger UI and ReDoc load their scripts from a CDN: blank pages on an air-gapped host,
-        # and third-party code on our origin. The images set ATTSERVE_DOCS=false.
+        # and third-party code on our origin. Off unless ATTSERVE_DOCS=true.
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,
     )

@@ -119,8 +119,9 @@ class Settings(BaseSettings):
     # room, and without one the new connection gets 503 at once. Capped by the process's
     # file-descriptor limit (less a reserve for model files and sockets).
     max_connections: int = Field(4096, ge=1)
-    # /docs and /redoc (Swagger UI and ReDoc load their scripts from a CDN); the images turn them off
-    docs: bool = True
+    # /docs and /redoc: off unless asked for, as Swagger UI and ReDoc load their scripts from a
+    # CDN (blank pages on an air-gapped host, third-party code on our origin). /openapi.json stays.
+    docs: bool = False
     # /ui, the explanation page (static files from the package, no CDN, strict CSP)
     ui: bool = True
 

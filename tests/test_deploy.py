@@ -121,6 +121,7 @@ def test_compose_file_is_valid_and_wires_the_stack():
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert dashboards_dir / Path(home).relative_to("/var/lib/grafana/dashboards") == DASHBOARD
     assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert grafana["environment"]["GF_LOG_MODE"] == "console"  # its root is read-only: no log files
     assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "test-only-password"
     for mounted in mounts.values():
         assert mounted.exists(), f"{mounted} is mounted but missing"

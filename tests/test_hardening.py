@@ -222,11 +222,15 @@ def test_drain_answers_a_stalled_body_at_once_with_json_503(service_bundles):
 
 # --- 9. /docs off -----------------------------------------------------------------------------
 
-def test_docs_can_be_turned_off(service_bundles):
+def test_docs_are_off_unless_asked_for(service_bundles):
+    """Issue 33: Swagger UI and ReDoc load their scripts from a CDN: off by default."""
     async def scenario():
-        async with running_app(settings(service_bundles, docs=False)) as (app, client):
-            return [(await client.get(p)).status_code for p in ("/docs", "/redoc", "/openapi.json")]
-    assert asyncio.run(scenario()) == [404, 404, 200]
+        out = []
+        for over in ({}, {"docs": True}):
+            async with running_app(settings(service_bundles, **over)) as (app, client):
+                out.append([(await client.get(p)).status_code for p in ("/docs", "/redoc", "/openapi.json")])
+        return out
+    assert asyncio.run(scenario()) == [[404, 404, 200], [200, 200, 200]]
 
 
 def test_images_turn_docs_off():
@@ -599,7 +603,7 @@ def test_with_api_keys_every_route_but_health_needs_one(service_bundles, caplog,
     caplog.set_level(logging.DEBUG)
     async def scenario():
         keys = f"{KEY},other-key-0123456789abcdef"
-        async with running_app(settings(service_bundles, api_keys=keys,
+        async with running_app(settings(service_bundles, api_keys=keys, docs=True,
                                         metrics_require_key=metrics_require_key)) as (app, client):
             assert route_paths(app.routes) == set(ROUTE_REQUESTS)
             out = {}

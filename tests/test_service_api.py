@@ -146,7 +146,7 @@ def test_default_model_from_settings_and_truncation(service_bundles):
 
 def test_models_metrics_and_docs(service_bundles):
     async def scenario():
-        async with running_app(settings(service_bundles)) as (app, client):
+        async with running_app(settings(service_bundles, docs=True)) as (app, client):
             assert (await client.get("/health/live")).json() == {"status": "alive", "models": {}}
             ready = await client.get("/health/ready")
             assert ready.status_code == 200 and set(ready.json()["models"]) == {"nli", "fever", "sentiment", "topic"}

@@ -159,7 +159,7 @@ def test_several_repositories_are_served_side_by_side(service_bundles, tmp_path)
 
 def test_the_root_is_a_short_index(service_bundles):
     async def scenario():
-        async with running_app(Settings(model_repository=service_bundles)) as (app, client):
+        async with running_app(Settings(model_repository=service_bundles, docs=True)) as (app, client):
             r = await client.get("/")
             assert r.status_code == 200, r.text
             index = r.json()
