@@ -17,6 +17,8 @@ with no model is 404 `no_model_for_task`.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import logging
 import re
@@ -466,6 +468,31 @@ class BodyLimitMiddleware:
         await self._error(scope, receive, send, 413, "body_too_large", f"request body over {self.max_bytes} bytes")
 
 
+# --- memory ---------------------------------------------------------------------------------
+
+def malloc_trim() -> Callable[[], object] | None:
+    """glibc's malloc_trim(0), or None where the C library has none (musl, macOS)."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return lambda: trim(0)
+
+
+async def release_memory(every_s: float) -> None:
+    """Every `every_s` seconds, malloc_trim(0) in a thread (ctypes releases the GIL): glibc
+    gives the pages requests freed back to the OS only from the top of its heaps, so a burst
+    (40 clients' explanations, dropped at the write timeout) left RSS 410 MB up for good;
+    trimmed, 65 MB. ~0.1 ms when there is nothing to give back, a few ms after a burst."""
+    trim = malloc_trim()
+    if trim is None or every_s <= 0:
+        return
+    while True:
+        await asyncio.sleep(every_s)
+        await asyncio.to_thread(trim)
+
+
 # --- the app --------------------------------------------------------------------------------
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -480,9 +507,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not service.discovered:  # `attserve serve` discovers before uvicorn starts
             service.discover()
         loader = asyncio.create_task(service.load_all(), name="load-models")
+        trimmer = asyncio.create_task(release_memory(settings.memory_trim_s), name="release-memory")
         try:
             yield
         finally:
+            trimmer.cancel()
             service.begin_drain()
             if not loader.done():
                 # a session load runs in a thread and cannot be interrupted; wait for it

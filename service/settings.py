@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     # own name at this server's address still sends its own name.
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
 
+    # how often freed memory is handed back to the OS (glibc malloc_trim; service.app); 0: never
+    memory_trim_s: float = Field(10.0, ge=0)
+
     shutdown_timeout_s: float = Field(30.0, ge=0)
     log_level: str = "INFO"
     access_log: bool = False
