@@ -1,4 +1,7 @@
-"""Issue 16: slow and oversized clients, expensive bodies, honest errors and metrics.
+"""Issue 16: slow and oversized clients, expensive bodies, honest errors and metrics. Issue 33
+(second review): /v2 parsed within the limits, bounded explanation answers, the write timeout,
+the 413 that closes, API keys, the Host allow-list, /v2 media types, memory handed back; the
+probes and the abuse mix of `scripts/reliability.py` at CI size.
 
 In-process (ASGI) for what the app decides: text limits before tokenizing (NFKC expansion),
 invisible text, excerpts of user input, no server paths, 499 for a client that leaves, the body
@@ -385,11 +388,6 @@ def v2_error(r: httpx.Response, status: int) -> str:
     return body["error"]
 
 
-def v2_verify(claims: list, claim_shape: list, evidence_shape: list, evidence: list) -> dict:
-    return {"inputs": [{"name": "claim", "shape": claim_shape, "datatype": "BYTES", "data": claims},
-                       {"name": "evidence", "shape": evidence_shape, "datatype": "BYTES", "data": evidence}]}
-
-
 def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_built(service_bundles):
     import tracemalloc
 
@@ -399,50 +397,24 @@ def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_buil
             # the issue's 160 bytes: 2 million rows of nothing (the fix refuses 20 million just as fast)
             tracemalloc.start()
             started = time.perf_counter()
-            r = await client.post(url, json=v2_verify(["x"], [1], [2_000_000, 0], []))
+            r = await client.post(url, json=reliability.v2_verify_body(["x"], [1], [2_000_000, 0], []))
             seconds = time.perf_counter() - started
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
             assert r.status_code in (400, 422), r.text
             assert seconds < 0.5 and peak < 5 * 2**20, (seconds, peak)
-            r = await client.post(url, json=v2_verify(["x"], [1], [20_000_000, 0], []))
+            r = await client.post(url, json=reliability.v2_verify_body(["x"], [1], [20_000_000, 0], []))
             assert r.status_code in (400, 422)
             # k = 0 even with rows that agree: no claim without evidence
-            assert "k >= 1" in v2_error(await client.post(url, json=v2_verify(["x"], [1], [1, 0], [])), 400)
+            assert "k >= 1" in v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 0], [])), 400)
             # rows over max_inputs_per_request (64) and k over the model's max_evidence (5): the
             # task API's statuses, before the data is read (none is sent)
-            assert "at most 64" in v2_error(await client.post(url, json=v2_verify([], [65], [65, 1], [])), 422)
-            assert "at most 5" in v2_error(await client.post(url, json=v2_verify(["x"], [1], [1, 6], [])), 422)
+            assert "at most 64" in v2_error(await client.post(url, json=reliability.v2_verify_body([], [65], [65, 1], [])), 422)
+            assert "at most 5" in v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 6], [])), 422)
             # within the limits the same request shapes still run
-            r = await client.post(url, json=v2_verify(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
+            r = await client.post(url, json=reliability.v2_verify_body(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
             assert r.status_code == 200, r.text
     asyncio.run(scenario())
-
-
-def _v2_bad_bodies() -> dict[str, tuple[str, bytes, dict]]:
-    """Bodies the protocol must refuse with a short 400 (url suffix, body, extra headers)."""
-    claim = {"name": "claim", "shape": [1], "datatype": "BYTES", "data": ["a dog runs"]}
-    evidence = {"name": "evidence", "shape": [1, 1], "datatype": "BYTES", "data": ["a dog runs fast"]}
-    big = "9" * 5000
-    bodies = {
-        "nested": ("", b"[" * 100_000 + b"]" * 100_000, {}),
-        "nested_data": ("", json.dumps({"inputs": [claim]}).encode().replace(b'["a dog runs"]', b"[" * 50_000 + b"]" * 50_000), {}),
-        "big_int_shape": ("", json.dumps({"inputs": [claim, evidence]}).encode().replace(b"[1, 1]", f"[{big}, 1]".encode()), {}),
-        "big_int_data": ("", json.dumps({"inputs": [claim]}).encode().replace(b'["a dog runs"]', f"[{big}]".encode()), {}),
-        "big_int_binary_size": ("", json.dumps({"inputs": [claim, {**evidence, "data": None, "parameters": {
-            "binary_data_size": 7}}]}).encode().replace(b'"binary_data_size": 7', f'"binary_data_size": 1{"0" * 4000}'.encode()), {}),
-        "long_shape": ("", json.dumps({"inputs": [claim, {**evidence, "shape": [10] * 5000}]}).encode(), {}),
-        "negative_shape": ("", json.dumps({"inputs": [claim, {**evidence, "shape": [-1, 1]}]}).encode(), {}),
-        "long_name": ("", json.dumps({"inputs": [claim, {**evidence, "name": "\x1b" + "e" * 500_000}]}).encode(), {}),
-        "many_names": ("", json.dumps({"inputs": [{**claim, "name": "n" * 1000}] * 200}).encode(), {}),
-        "long_key": ("", json.dumps({"inputs": [claim, {**evidence, "k" * 500_000: 1}]}).encode(), {}),
-        "long_datatype": ("", json.dumps({"inputs": [claim, {**evidence, "datatype": "B" * 500_000}]}).encode(), {}),
-        "long_output": ("", json.dumps({"inputs": [claim, evidence], "outputs": [{"name": "o" * 500_000}]}).encode(), {}),
-        "header_length": ("", json.dumps({"inputs": [claim, evidence]}).encode(), {"inference-header-content-length": "9" * 5000}),
-        "not_utf8": ("", b'{"inputs": [\xff\xfe]}', {}),
-        "long_version": ("/versions/" + "v" * 6000, json.dumps({"inputs": [claim, evidence]}).encode(), {}),
-    }
-    return bodies
 
 
 def test_v2_parse_failures_are_short_400s_in_the_protocols_form(service_bundles, caplog):
@@ -452,7 +424,7 @@ def test_v2_parse_failures_are_short_400s_in_the_protocols_form(service_bundles,
     async def scenario():
         async with running_app(settings(service_bundles)) as (app, client):
             out = {}
-            for kind, (suffix, body, headers) in _v2_bad_bodies().items():
+            for kind, (suffix, body, headers) in reliability.v2_bad_bodies().items():
                 r = await client.post(f"/v2/models/fever{suffix}/infer", content=body,
                                       headers={"content-type": "application/json", **headers})
                 out[kind] = (r.status_code, r.json())
@@ -474,8 +446,8 @@ def test_explanations_describe_the_kept_tokens_and_count_the_cut_ones(service_bu
     async def scenario():
         async with running_app(settings(service_bundles)) as (app, client):
             # the issue's 256 KB request: 64 texts of 4,096 "!" (max length 32 tokens here)
-            r = await client.post("/classify", json={"inputs": [{"text": "!" * 4096}] * 64, "explain": True,
-                                                     "model": "sentiment"})
+            r = await client.post("/classify", content=reliability.explain_flood_body("sentiment"),
+                                  headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text[:300]
             answers = r.json()["results"]
             assert len(r.content) < 1_000_000, len(r.content)  # 16 MB when every token was described
@@ -503,28 +475,22 @@ def test_an_answer_over_max_answer_bytes_is_422_naming_the_setting(service_bundl
 
 # --- issue 33: an answer nobody reads is dropped at the write timeout ------------------------------
 
-def unread_explain_request(model: str = "sentiment") -> bytes:
-    """A request whose answer (~590 KB: 64 explanations) is far more than the socket buffers of
-    a client that never reads hold."""
-    body = json.dumps({"inputs": [{"text": "!" * 4096}] * 64, "explain": True, "model": model}).encode()
-    return (b"POST /classify HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-
 def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_server):
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads nothing
-        sock.connect(("127.0.0.1", guarded_server.port))
-        sock.sendall(unread_explain_request())
+    # a client that reads nothing; its answer (~590 KB, 64 explanations) is far more than the
+    # socket buffers hold
+    request = reliability.http_request("POST", "/classify", reliability.explain_flood_body("sentiment"),
+                                       {"content-type": "application/json"})
+    with reliability.unread_connection(guarded_server.port, request) as sock:
         time.sleep(3.0)  # answered in ~1 s, then 0.5 s without progress
+        sock.setblocking(True)
         raw, _ = read_until_closed(sock, 3)  # before the fix: the whole answer, still open
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
     assert length > 500_000 and len(body) < length / 2, (length, len(body))
     # a client that reads gets the same answer in full
-    r = httpx.post(guarded_server.base + "/classify", json={"inputs": [{"text": "!" * 4096}] * 64, "explain": True,
-                                                           "model": "sentiment"}, timeout=30)
+    r = httpx.post(guarded_server.base + "/classify", content=reliability.explain_flood_body("sentiment"),
+                   headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and len(r.content) == length
 
 
@@ -717,3 +683,26 @@ def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path
             time.sleep(2.0)
             growth[trim_s] = (server.rss_bytes() - idle) / 2**20
     assert growth[0.5] < 100 and growth[0] > 2 * growth[0.5], growth
+
+
+# --- issue 33: the probes and the abuse mix at CI size (full size: scripts/reliability.py probes / abuse)
+
+def test_probes_short(service_bundles, tmp_path):
+    result = reliability.run_probes(service_bundles, tmp_path, unread_clients=8, write_timeout_s=1)
+    print(json.dumps(result))
+    probes = result["probes"]
+    assert probes["1 /v2 shape [20000000, 0]"]["status"] == 400
+    assert probes["7 413 then one byte every 2 s"]["closed_after_s"] < 1.0
+    assert probes["5 weights in an external data file"]["refused"] is True
+    assert probes["2 8 clients never read their explanation"]["all_dropped_after_s"] is not None
+    assert result["passed"], result
+
+
+def test_abuse_short(service_bundles, tmp_path):
+    result = reliability.run_abuse(service_bundles, seconds=8, settle_s=4, unread=4, slow=6, work=tmp_path,
+                                   write_timeout_s=1, memory_trim_s=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}))
+    statuses = result["statuses"]
+    assert set(statuses["v2_bad"]) <= {"400", "404"} and set(statuses["junk"]) <= {"0", "400", "408"}
+    assert result["normal_statuses"] == {"200": result["normal_statuses"]["200"]}
+    assert result["passed"], result
