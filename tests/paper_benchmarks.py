@@ -93,9 +93,38 @@ def write_wikiqa(root: Path, questions: dict[str, int], candidates: int = 5, see
     return paths
 
 
+def write_scitail(root: Path, questions: dict[str, int], sentences: int = 4, seed: int = 0) -> dict[str, Path]:
+    """scitail/{train,dev}.jsonl.xz (JSON lines, xz): each science question (hypothesis) against
+    `sentences` web sentences (premises); the entailing one repeats the question's facts, the
+    others are about something else."""
+    import json
+    import lzma
+
+    rng = random.Random(seed)
+    paths = {}
+    for split, count in questions.items():
+        rows = []
+        for q in range(count):
+            s, v, p = _sentence(rng)
+            hypothesis = f"A {s} is {v} in the {p} in question {split}{q}."
+            for k in range(sentences):
+                if k == 0:
+                    premise, label = f"Web page {split}{q}: the {s} was {v} in a {p}.", "entails"
+                else:
+                    s2, v2, p2 = rng.choice([x for x in SUBJECTS if x != s]), rng.choice([x for x in VERBS if x != v]), rng.choice(PLACES)
+                    premise, label = f"Web page {split}{q}/{k}: some {s2} likes {v2} by a {p2}.", "neutral"
+                rows.append({"premise": premise, "hypothesis": hypothesis, "label": label})
+        path = root / "scitail" / f"{split}.jsonl.xz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(lzma.compress("".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")))
+        paths[split] = path
+    return paths
+
+
 def write_benchmarks(root: Path) -> Path:
-    """All three, a few hundred pairs each."""
+    """All four, a few hundred pairs each."""
     write_sick(root, {"TRAIN": 240, "TRIAL": 60, "TEST": 90})
     write_msrp(root, train=520, test=90)  # 400 become dev, as in the loader
     write_wikiqa(root, {"train": 48, "dev": 16, "test": 20})
+    write_scitail(root, {"train": 100, "dev": 20})  # test: 5% of train's questions, as in the loader
     return root

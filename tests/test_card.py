@@ -128,6 +128,10 @@ def test_entailment_mapping_and_metrics(ood_dir):
     # model labels are looked up by name, not position, and case-insensitively
     upper = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
     assert fever.metrics(_one_hot([1, 0]), upper)["accuracy"] == 1.0
+    # a model with SciTail's two labels can answer none of them: the card and training skip them
+    assert all(s.fits(upper) and s.fits(ENTAILMENT) for s in sets.values())
+    assert not any(s.fits(["entails", "neutral"]) for s in sets.values())
+    assert fever.fits(["entailment", "contradiction"]) and not snli.fits(["entailment", "contradiction"])
 
 
 def test_verification_mapping_and_metrics(ood_dir):
@@ -245,6 +249,18 @@ def test_card_on_a_bundle_writes_config_the_service_loads(service_bundles, tmp_p
     # failure_modes None keeps the existing list
     again = build_card(bundle, ood_dir=tmp_path / "no-ood", splits=splits, progress=False)
     assert again["known_failure_modes"] == ["reads sarcasm literally"] and again["ood_dev"] == {}
+    assert "by_source" not in again["in_domain"]["test"]
+    # a mixed dataset: each source's accuracy beside the pooled one
+    import dataclasses
+
+    sources = {"dev": ["a", "b"] * 150, "test": ["a"] * 50 + ["b"] * 150}
+    mixed = build_card(bundle, ood_dir=tmp_path / "no-ood", splits=dataclasses.replace(splits, sources=sources), progress=False)
+    correct = want.argmax(1) == gold
+    assert mixed["in_domain"]["test"]["by_source"] == {
+        "a": {"examples": 50, "accuracy": pytest.approx(float(correct[:50].mean()))},
+        "b": {"examples": 150, "accuracy": pytest.approx(float(correct[50:].mean()))},
+    }
+    assert mixed["in_domain"]["dev"]["by_source"]["a"]["examples"] == 150
 
 
 # --- the service ----------------------------------------------------------------------------

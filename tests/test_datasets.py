@@ -455,3 +455,118 @@ def test_data_command_defaults_to_what_the_recipes_use(tmp_path: Path) -> None:
         (tmp_path / name).write_text(f'name = "{name[0]}"\n{text}{limits}', encoding="utf-8")
     assert recipe_needs(tmp_path) == ["snli", "glove-6b-100d", "bbc", "glove-6b-50d"]
     assert set(recipe_needs(REPO / "recipes")) <= {*datasets.LOADERS, "glove-6b-50d", "glove-6b-100d"}
+
+
+# --- entailment from other domains (SciTail, MultiNLI, XNLI, QNLI) and nli-mix ------------------
+
+
+def write_xz_jsonl(path: Path, rows: list[dict]) -> Path:
+    import lzma
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(lzma.compress("".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")))
+    return path
+
+
+def write_domain_files(root: Path) -> Path:
+    """The shared folder's layout with small files: SciTail (a science question against several
+    web sentences, a web sentence reused under two questions), MNLI and XNLI (3 hypotheses per
+    premise), QNLI (a question against 2 sentences, premise = sentence)."""
+    scitail = []
+    for q in range(40):
+        for k in range(5):
+            scitail.append({"premise": f"Web sentence {q}-{k} about topic {q}.", "hypothesis": f"Science question {q} is answered.",
+                            "label": "entails" if k == 0 else "neutral"})
+    scitail.append({"premise": "Web sentence 0-1 about topic 0.", "hypothesis": "Science question 7 is answered.", "label": "neutral"})
+    write_xz_jsonl(root / "scitail" / "train.jsonl.xz", scitail)
+    write_xz_jsonl(root / "scitail" / "dev.jsonl.xz", [{"premise": f"Dev sentence {i}.", "hypothesis": f"Dev question {i // 3}.",
+                                                         "label": ("entails", "neutral")[i % 2]} for i in range(12)])
+    for folder, name in (("mnli", "dev_mismatched"), ("xnli", "dev_en")):
+        write_xz_jsonl(root / folder / f"{name}.jsonl.xz", [
+            {"premise": f"{folder} premise {p}.", "hypothesis": f"{folder} hypothesis {p}/{h}.", "label": LABELS[h]}
+            for p in range(60) for h in range(3)
+        ])
+    write_xz_jsonl(root / "qnli" / "dev_v1.jsonl.xz", [
+        {"premise": f"Wikipedia sentence {q}/{k}.", "hypothesis": f"Question {q}?", "label": ("entailment", "not_entailment")[k]}
+        for q in range(80) for k in range(2)
+    ])
+    return root
+
+
+def shared_texts(a, b) -> set:
+    return ({normalized_text(e.premise) for e in a} & {normalized_text(e.premise) for e in b}) | \
+        ({normalized_text(e.hypothesis) for e in a} & {normalized_text(e.hypothesis) for e in b})
+
+
+def test_carved_splits_keep_premises_and_hypotheses_on_one_side() -> None:
+    from training.datasets import carve_pair_splits
+
+    pairs = [PairExample(f"Premise {p}.", f"Hypothesis {p % 7}/{h}.", LABELS[h]) for p in range(300) for h in range(3)]
+    pairs.append(PairExample("premise 5.", "Another claim.", "neutral"))  # case and whitespace ignored: joins premise 5's group
+    train, dev, test = carve_pair_splits(pairs, 0.1, 0.1)
+    assert sorted(map(repr, train + dev + test)) == sorted(map(repr, pairs))  # a partition
+    for a, b in ((train, dev), (train, test), (dev, test)):
+        assert not shared_texts(a, b)
+    assert 0.05 < len(dev) / len(pairs) < 0.15 and 0.05 < len(test) / len(pairs) < 0.15
+    assert train == [p for p in pairs if p in set(train)]  # file order kept
+    assert carve_pair_splits(pairs, 0.1, 0.1) == (train, dev, test)  # seeded
+    assert carve_pair_splits(pairs, 0.1, 0.1, seed=1)[1] != dev
+    assert carve_pair_splits(pairs, 0.0, 0.2)[1] == []
+
+
+def test_domain_loaders_read_the_xz_files_and_cut_dev_and_test(tmp_path: Path) -> None:
+    root = write_domain_files(tmp_path)
+    scitail = datasets.load_benchmark("scitail", root)
+    assert scitail.labels == ["entails", "neutral"] and scitail.task == "entailment"
+    assert len(scitail.dev) == 12 and scitail.dev[0] == PairExample("Dev sentence 0.", "Dev question 0.", "entails")  # the official dev
+    assert len(scitail.train) + len(scitail.test) == 201 and scitail.test
+    assert not shared_texts(scitail.train, scitail.test)  # a question's web sentences all on one side
+    # the sentence reused under question 7 ties questions 0 and 7 together
+    assert ("Science question 0 is answered." in {e.hypothesis for e in scitail.test}) == \
+        ("Science question 7 is answered." in {e.hypothesis for e in scitail.test})
+    assert set(scitail.checksums) == {"scitail/scitail/train.jsonl.xz", "scitail/scitail/dev.jsonl.xz"}
+    for name, labels, size in (("mnli", LABELS, 180), ("xnli", LABELS, 180), ("qnli", ("entailment", "not_entailment"), 160)):
+        splits = datasets.load_benchmark(name, root)
+        assert splits.labels == list(labels) and splits.dev and splits.test
+        assert len(splits.train) + len(splits.dev) + len(splits.test) == size
+        for a, b in ((splits.train, splits.dev), (splits.train, splits.test), (splits.dev, splits.test)):
+            assert not shared_texts(a, b), name
+        assert {e.label for e in splits.train} == set(labels)
+
+
+def test_a_label_outside_the_source_is_refused(tmp_path: Path) -> None:
+    root = write_domain_files(tmp_path)
+    write_xz_jsonl(root / "xnli" / "dev_en.jsonl.xz", [{"premise": "a", "hypothesis": "b", "label": "contradictory"}])
+    with pytest.raises(ValueError, match="contradictory"):
+        datasets.load_benchmark("xnli", root)
+
+
+def test_nli_mix_maps_labels_and_keeps_each_sources_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = write_domain_files(tmp_path)
+    snli = DatasetSplits("snli", "entailment", list(LABELS), [PairExample("A dog runs.", "An animal moves.", "entailment")] * 5,
+                         [PairExample("A cat sits.", "A cat sleeps.", "neutral")] * 2, [PairExample("A man eats.", "Nobody eats.", "contradiction")] * 3,
+                         checksums={"snli/x": "1"})
+    fever = DatasetSplits("fever-nli", "entailment", list(LABELS), [PairExample(f"Evidence {i}.", f"Claim {i}.", LABELS[i % 3]) for i in range(30)],
+                          [PairExample("Evidence d.", "Claim d.", "contradiction")], [PairExample("Evidence t.", "Claim t.", "neutral")],
+                          checksums={"fever/x": "2"})
+    monkeypatch.setitem(datasets.LOADERS, "snli", lambda cache_dir=None: snli)
+    monkeypatch.setitem(datasets.LOADERS, "fever-nli", lambda cache_dir=None, root=None: fever)
+    monkeypatch.setattr(datasets, "NLI_MIX_TRAIN_CAPS", {"fever-nli": 10})
+    monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(root))
+    mix = datasets.load_dataset("nli-mix")
+    assert mix.task == "entailment" and mix.labels == list(LABELS)
+    assert {e.label for part in (mix.train, mix.dev, mix.test) for e in part} <= set(LABELS)
+    for split in ("train", "dev", "test"):
+        assert len(mix.sources[split]) == len(getattr(mix, split))
+        assert list(dict.fromkeys(mix.sources[split])) == list(datasets.NLI_MIX_SOURCES)
+    by_source = lambda split, name: [e for e, s in zip(getattr(mix, split), mix.sources[split]) if s == name]  # noqa: E731
+    scitail, qnli, mnli = (datasets.load_benchmark(n, root) for n in ("scitail", "qnli", "mnli"))
+    # each source's own dev and test, labels mapped onto SNLI's
+    assert by_source("dev", "scitail") == [PairExample(e.premise, e.hypothesis, {"entails": "entailment", "neutral": "neutral"}[e.label]) for e in scitail.dev]
+    assert by_source("test", "qnli") == [PairExample(e.premise, e.hypothesis, {"entailment": "entailment", "not_entailment": "neutral"}[e.label]) for e in qnli.test]
+    assert by_source("train", "mnli") == mnli.train and by_source("dev", "snli") == snli.dev
+    # the train cap draws a seeded subset in file order; dev and test stay whole
+    capped = by_source("train", "fever-nli")
+    assert len(capped) == 10 and capped == [e for e in fever.train if e in set(capped)]
+    assert by_source("dev", "fever-nli") == fever.dev
+    assert {"snli/x", "fever/x", "scitail/scitail/train.jsonl.xz", "qnli/qnli/dev_v1.jsonl.xz"} <= set(mix.checksums)

@@ -19,6 +19,9 @@ from training.reproduce import (
     EXTRA_MODELS,
     MODELS,
     PAPER_MODELS,
+    REPORTED_SPLIT,
+    SCITAIL_MODELS,
+    TASK_MODELS,
     PAPER_WITH_FEATURES,
     PAPER_WITHOUT_FEATURES,
     TASKS,
@@ -43,8 +46,12 @@ def benchmark_root(tmp_path_factory):
     return write_benchmarks(tmp_path_factory.mktemp("benchmarks"))
 
 
+ABCNN_TASKS = ("wikiqa", "msrp", "sick")
+
+
 def test_every_paper_row_has_a_recipe_that_matches_its_name():
-    for task in TASKS:
+    assert set(TASKS) == {*ABCNN_TASKS, "scitail"}
+    for task in ABCNN_TASKS:
         assert set(PAPER_WITH_FEATURES[task]) == set(PAPER_MODELS)  # Tables 3, 4, 6: every row
         for model in PAPER_MODELS:
             recipe = load_recipe(recipe_path(task, model))
@@ -62,7 +69,7 @@ def test_attconv_comparison_rows_use_the_abcnn_rows_data_vectors_and_training():
     """The AttConv rows differ from ABCNN-3 two-conv only in the network: same dataset,
     vocabulary, frozen vectors, limits and training settings."""
     assert set(MODELS) == set(PAPER_MODELS) | set(EXTRA_MODELS)
-    for task in TASKS:
+    for task in ABCNN_TASKS:
         reference = load_recipe(recipe_path(task, "abcnn-3-two"))
         for model in EXTRA_MODELS:
             recipe = load_recipe(recipe_path(task, model))
@@ -73,7 +80,42 @@ def test_attconv_comparison_rows_use_the_abcnn_rows_data_vectors_and_training():
             assert model not in PAPER_WITH_FEATURES[task]  # shown with "-" as the paper figure
 
 
-@pytest.mark.parametrize("task", TASKS)
+def test_scitail_rows_are_table_5s_on_scitail():
+    """The AttConv paper's Table 5: its two AttConv variants at the paper's hidden size and an
+    ABCNN-3 per depth, all on SciTail with its lengths; the paper figures are network-only."""
+    assert TASK_MODELS["scitail"] == SCITAIL_MODELS and REPORTED_SPLIT == {"scitail": "dev"}
+    assert PAPER_WITHOUT_FEATURES["scitail"] == {"attconv-light": {"accuracy": 0.781}, "attconv-advanced": {"accuracy": 0.792},
+                                                 "abcnn-3-one": {"accuracy": 0.758}, "abcnn-3-two": {"accuracy": 0.758}}
+    assert PAPER_WITH_FEATURES["scitail"] == {}
+    for model in SCITAIL_MODELS:
+        recipe = load_recipe(recipe_path("scitail", model))
+        assert recipe.name == f"paper-scitail-{model}" and recipe.data.dataset == "scitail"
+        assert recipe.limits.max_lengths == {"premise_ids": 64, "hypothesis_ids": 40}
+        if model.startswith("attconv"):
+            assert recipe.model.architecture == model and recipe.model.overrides["hidden_dim"] == 300  # the paper's
+            assert recipe.model.overrides["kernel_size"] == 3
+        else:
+            assert recipe.model.architecture == "abcnn-3" and recipe.model.overrides["num_blocks"] == {"abcnn-3-one": 1, "abcnn-3-two": 2}[model]
+            assert recipe.model.overrides["max_length"] >= 64
+    with pytest.raises(ValueError, match="unknown model 'bcnn-one' for scitail"):
+        recipe_path("scitail", "bcnn-one")
+
+
+def test_a_short_scitail_row_is_the_network_alone_beside_the_papers_test_figure(tmp_path, fake_glove, benchmark_root):
+    row = run_row("scitail", "attconv-light", tmp_path / "scitail", threads=1, epochs=1, benchmark_root=benchmark_root)
+    assert row.with_features is None and row.feature_names == []
+    assert row.dev_network["examples"] == 80 and 0 <= row.dev_network["accuracy"] <= 1
+    assert row.network["examples"] == 20  # the test carved from train: 5 of 100 questions x 4 sentences
+    lines = table_rows([row])
+    assert lines == [{
+        "task": "scitail", "model": "attconv-light", "setting": "network", "metric": "dev acc", "paper": 0.781,
+        "ours": row.dev_network["accuracy"], "difference": pytest.approx(row.dev_network["accuracy"] - 0.781),
+        "train_wall_s": row.train_wall_s, "command": "attserve reproduce scitail --model attconv-light --epochs 1",
+    }]
+    assert "| scitail | attconv-light | network | dev acc | 78.1 |" in markdown_table(lines)
+
+
+@pytest.mark.parametrize("task", ABCNN_TASKS)
 def test_a_short_run_of_each_task_scores_network_and_feature_stage(task, tmp_path, fake_glove, benchmark_root):
     row = run_row(task, "abcnn-3-two", tmp_path / task, threads=1, epochs=2, benchmark_root=benchmark_root)
     saved = json.loads((tmp_path / task / "reproduce.json").read_text())
@@ -132,6 +174,8 @@ def test_the_cli_refuses_unknown_rows_and_says_where_missing_data_goes(tmp_path,
 
     result = CliRunner().invoke(app, ["reproduce", "snli"])
     assert result.exit_code == 2 and "unknown task 'snli'" in result.output
+    result = CliRunner().invoke(app, ["reproduce", "scitail", "--model", "bcnn-one"])
+    assert result.exit_code == 2 and "no scitail row has model 'bcnn-one'" in result.output
     result = CliRunner().invoke(app, ["reproduce", "sick", "--model", "abcnn-4-one"])
     assert result.exit_code == 2 and "unknown model 'abcnn-4-one'" in result.output
     monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(tmp_path / "nowhere"))

@@ -14,6 +14,7 @@ from training.readers import (
     FormatError,
     read_fever_jsonl,
     read_file,
+    read_nli_jsonl,
     read_scitail_tsv,
     read_sick,
     read_snli_jsonl,
@@ -175,6 +176,32 @@ def test_nli_formats_refuse_non_utf8(tmp_path: Path) -> None:
 def test_read_file_dispatch(tmp_path: Path) -> None:
     path = write(tmp_path / "data.csv", "words,y\nhello,greeting\n")
     assert read_file(path, "text-csv", text_column="words", label_column="y") == [TextExample("hello", "greeting")]
-    assert {"snli-jsonl", "snli-txt", "scitail-tsv", "sick", "msrp", "wikiqa-tsv", "fever-jsonl", "text-csv", "text-tsv", "text-jsonl"} == set(READERS)
+    assert {"snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "msrp", "wikiqa-tsv", "fever-jsonl", "text-csv", "text-tsv", "text-jsonl"} == set(READERS)
     with pytest.raises(ValueError, match="unknown format"):
         read_file(path, "parquet")
+
+
+def test_nli_jsonl_reads_xz_and_plain_files_alike(tmp_path: Path) -> None:
+    import lzma
+
+    rows = [
+        {"premise": "Plants make food from light.", "hypothesis": "Plants photosynthesize.", "label": "entails", "extra": 1},
+        {"premise": "Iron rusts.", "hypothesis": "Which metal rusts?", "label": "not_entailment"},
+    ]
+    text = "\r\n".join(json.dumps(r) for r in rows) + "\r\n"
+    plain = write(tmp_path / "pairs.jsonl", BOM + text)
+    packed = tmp_path / "pairs.jsonl.xz"
+    packed.write_bytes(lzma.compress(text.encode("utf-8")))
+    expected = [
+        PairExample("Plants make food from light.", "Plants photosynthesize.", "entails"),
+        PairExample("Iron rusts.", "Which metal rusts?", "not_entailment"),
+    ]
+    assert read_nli_jsonl(plain) == expected
+    assert read_nli_jsonl(packed) == expected
+    assert read_file(packed, "nli-jsonl") == expected
+    missing = write(tmp_path / "missing.jsonl", json.dumps(rows[0]) + "\n" + json.dumps({"premise": "a", "label": "neutral"}) + "\n")
+    with pytest.raises(FormatError, match=r"missing.jsonl:2: missing 'hypothesis'"):
+        read_nli_jsonl(missing)
+    blank = write(tmp_path / "blank.jsonl", json.dumps({"premise": "a", "hypothesis": "b", "label": " "}) + "\n")
+    with pytest.raises(FormatError, match="blank.jsonl:1: empty label"):
+        read_nli_jsonl(blank)

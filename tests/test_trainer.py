@@ -551,3 +551,32 @@ def test_an_entailment_checkpoint_starts_a_verification_network_with_its_label_r
     with pytest.raises(ValueError, match="network config differs"):
         train(make_recipe("verification", "attconv-advanced", {**model, "hidden_dim": 8}, init_labels=rows),
               tmp_path / "narrow", progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")
+
+
+def test_a_mixed_dataset_selects_on_the_mean_of_its_sources_dev_accuracies(tmp_path):
+    from training.trainer import accuracy_by_source, mean_source_accuracy
+
+    assert accuracy_by_source([0, 1, 1, 2], [0, 0, 1, 2], ["a", "a", "b", "a"]) == {"a": 2 / 3, "b": 1.0}
+    assert mean_source_accuracy(np.array([0, 1, 1, 2]), ["a", "a", "b", "a"])(np.eye(3)[[0, 0, 1, 2]]) == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="sources"):
+        accuracy_by_source([0, 1], [0, 1], ["a"])
+
+    # a big source whose dev labels contradict train, and a small one that agrees: pooled dev
+    # accuracy follows the big one, the selection score weighs both the same
+    splits = make_splits("entailment", sizes=(150, 60, 40))
+    flipped = make_splits("entailment", sizes=(0, 120, 0), seed=1, flip_dev=True)
+    sources = {"dev": ["small"] * 60 + ["big"] * 120, "test": ["small"] * 40}
+    splits = dataclasses.replace(splits, dev=splits.dev + flipped.dev, sources=sources)
+    result = train(make_recipe("entailment", epochs=3), tmp_path, progress=False, threads=1, splits=splits)
+    for record in result.history:
+        means = (record["dev_small_accuracy"] + record["dev_big_accuracy"]) / 2
+        assert record["selection_score"] == pytest.approx(means)
+        pooled = (60 * record["dev_small_accuracy"] + 120 * record["dev_big_accuracy"]) / 180
+        assert record["dev_accuracy"] == pytest.approx(pooled)
+    scores = [record["selection_score"] for record in result.history]
+    assert result.best_epoch == result.history[scores.index(max(scores))]["epoch"]
+    assert result.dev["by_source"] == {"small": pytest.approx(result.history[result.best_epoch - 1]["dev_small_accuracy"]),
+                                       "big": pytest.approx(result.history[result.best_epoch - 1]["dev_big_accuracy"])}
+    assert result.test["by_source"] == {"small": pytest.approx(result.test["accuracy"])}
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["metrics"]["dev"]["by_source"] == result.dev["by_source"]

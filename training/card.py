@@ -5,7 +5,8 @@ splits and on the out-of-domain dev sets of its task (`training.ood`), through t
 one encoding path (`training.batching.encode_examples` with the bundle's tokenizer and max
 lengths), and reports:
 
-- in-domain and OOD accuracy / macro F1 (OOD metrics as `OodSet.metrics`);
+- in-domain and OOD accuracy / macro F1 (OOD metrics as `OodSet.metrics`); for a mixed
+  dataset (DatasetSplits.sources) also each source's accuracy (`in_domain.<part>.by_source`);
 - the share of (non-pad) token ids that are unknown ids ([UNK], plus [OOVn] hash buckets
   when the tokenizer has them), i.e. how much of each set the model cannot read;
 - a temperature fitted on in-domain dev logits (NLL), with the ECE (15 bins) before and after
@@ -160,6 +161,14 @@ def _in_domain_metrics(logits: np.ndarray, gold: np.ndarray, labels: Sequence[st
     }
 
 
+def _accuracy_by_source(logits: np.ndarray, gold: np.ndarray, sources: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """examples and accuracy of each source of a mixed split, in first-seen order."""
+    sources_arr = np.asarray(sources)
+    correct = logits.argmax(axis=1) == gold
+    return {str(name): {"examples": int((sources_arr == name).sum()), "accuracy": float(correct[sources_arr == name].mean())}
+            for name in dict.fromkeys(sources_arr.tolist())}
+
+
 def _ood_ece(ood: OodSet, logits: np.ndarray, labels: Sequence[str], temperature: float) -> float:
     predicted, confidence = ood.confidences(calibrated_probs(logits, temperature), labels)
     return ece_from_confidence(confidence, predicted == ood.gold(), ECE_BINS)
@@ -212,6 +221,9 @@ def build_card(
     temperature = fit_temperature(scored["dev"].logits, gold["dev"])
 
     in_domain = {part: _in_domain_metrics(scored[part].logits, gold[part], labels) for part in parts}
+    for part, split_name in (("dev", dev_split), ("test", "test")):
+        if splits.sources.get(split_name):  # a mixed dataset: each source's accuracy too
+            in_domain[part]["by_source"] = _accuracy_by_source(scored[part].logits, gold[part], splits.sources[split_name])
     unknown_share = {"in_domain_test": scored["test"].unknown_share}
     ece_before = {"in_domain_dev": expected_calibration_error(calibrated_probs(scored["dev"].logits), gold["dev"], ECE_BINS),
                   "in_domain_test": expected_calibration_error(calibrated_probs(scored["test"].logits), gold["test"], ECE_BINS)}
@@ -219,6 +231,9 @@ def build_card(
                  "in_domain_test": expected_calibration_error(calibrated_probs(scored["test"].logits, temperature), gold["test"], ECE_BINS)}
     ood_metrics: dict[str, Any] = {}
     for ood in ood_sets(config.task, root=ood_dir, max_examples=max_ood_examples):
+        if not ood.fits(labels):
+            log.info("ood set skipped: the model's labels cannot answer it", extra={"bundle_name": config.name, "set": ood.name, "labels": labels})
+            continue
         result = run(ood.examples, f"ood {ood.name}")
         ood_metrics[ood.name] = ood.metrics(result.logits, labels)
         unknown_share[ood.name] = result.unknown_share

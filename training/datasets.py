@@ -63,6 +63,22 @@ that folder's README), and never fetched; a missing file raises BenchmarkDataMis
     wikiqa   20,360 / 1,130 / 2,351: train as is (questions without a correct answer kept, as
              in the paper's 20,360); dev and test keep only the 126 / 243 questions with at
              least one correct answer (the answer-selection protocol; the paper's 1,130 / 2,352)
+
+Entailment from other domains, from the same local folder (xz-compressed `{premise, hypothesis,
+label}` jsonl, reader `nli-jsonl`; provenance in each folder's SOURCE.md). Where a file has no
+split, dev and test are cut here: seeded groups of pairs that share a premise or a hypothesis
+(case and whitespace ignored), so neither text lies on both sides (carve_pair_splits):
+    scitail  22,478 / 1,304 / 1,108: SciTail v1.1 (entails / neutral); dev = the official dev;
+             its test is not here, so test = 5 % of train's groups (a hypothesis is one science
+             question, so test questions are unseen, as in the official split)
+    mnli     7,867 / 980 / 985: MultiNLI dev mismatched, 10 % / 10 % of premise groups
+    xnli     1,992 / 249 / 249: XNLI English dev, the same cut
+    qnli     4,506 / 564 / 662: QNLI v1 dev (entailment / not_entailment), the same cut (a
+             question and its candidate sentences stay together)
+    nli-mix  snli + mnli + xnli + qnli + scitail + fever-nli, each with its own splits, 3-way:
+             SciTail entails -> entailment, neutral -> neutral; QNLI not_entailment -> neutral;
+             fever-nli train capped at 40,000 seeded pairs. DatasetSplits.sources names each
+             example's source; training selects on the mean of the per-source dev accuracies
 """
 
 from __future__ import annotations
@@ -176,6 +192,11 @@ DATASETS: dict[str, tuple[str, ...]] = {
     "sick": (),
     "msrp": (),
     "wikiqa": (),
+    "scitail": (),
+    "mnli": (),
+    "xnli": (),
+    "qnli": (),
+    "nli-mix": ("snli",),  # and the local files of its other sources
 }
 UNPACKED_MARKER = ".archive-sha256"  # in <cache>/<source>/: the archive it was unpacked from
 
@@ -638,17 +659,153 @@ def _load_wikiqa(cache_dir: str | Path | None, root: str | Path | None = None) -
     )
 
 
+# --- entailment from other domains: SciTail, MultiNLI, XNLI, QNLI (local files), and the mix ---
+
+SCITAIL_FILES = {"train": "scitail/train.jsonl.xz", "dev": "scitail/dev.jsonl.xz"}
+MNLI_FILE = "mnli/dev_mismatched.jsonl.xz"
+XNLI_FILE = "xnli/dev_en.jsonl.xz"
+QNLI_FILE = "qnli/dev_v1.jsonl.xz"
+SCITAIL_LABELS = ["entails", "neutral"]
+QNLI_LABELS = ["entailment", "not_entailment"]
+SCITAIL_TEST_FRACTION = 0.05  # of SciTail train's pair groups: its own test set is not here
+CARVED_DEV_FRACTION = CARVED_TEST_FRACTION = 0.1  # of the pair groups of a one-file source
+# nli-mix: its sources, each mapped onto SNLI's three labels (a label not listed keeps its name)
+NLI_MIX_SOURCES = ("snli", "mnli", "xnli", "qnli", "scitail", "fever-nli")
+NLI_MIX_LABEL_MAPS: dict[str, dict[str, str]] = {
+    # SciTail's neutral is "not entailed" (unsupported or contradicted), as SNLI's neutral is not;
+    # it is the only other label SciTail has
+    "scitail": {"entails": "entailment", "neutral": "neutral"},
+    # QNLI's not_entailment: the sentence does not answer the question (it is not contradicted)
+    "qnli": {"entailment": "entailment", "not_entailment": "neutral"},
+}
+# Train pairs drawn (seeded) from a source at most; dev and test parts are kept whole. FEVER is
+# capped so that an epoch of the mix stays within a CPU budget and FEVER does not outweigh the
+# captions (train pairs: SNLI 94,860, FEVER 40,000, the other four 36,843 together).
+NLI_MIX_TRAIN_CAPS: dict[str, int] = {"fever-nli": 40_000}  # of its 126,648
+
+
+def pair_group_keys(pairs: Sequence[PairExample]) -> list[tuple[tuple[str, str], ...]]:
+    """Each pair's split keys: its premise and its hypothesis (case and whitespace ignored), so a
+    premise (MNLI/XNLI: 3 hypotheses each) or a hypothesis (SciTail: one science question
+    against ~15 web sentences; QNLI: one question against its candidate sentences) never lies
+    on both sides of a split."""
+    return [(("premise", normalized_text(p.premise)), ("hypothesis", normalized_text(p.hypothesis))) for p in pairs]
+
+
+def carve_pair_splits(pairs: Sequence[PairExample], dev_fraction: float, test_fraction: float,
+                      seed: int = SPLIT_SEED) -> tuple[list[PairExample], list[PairExample], list[PairExample]]:
+    """(train, dev, test) in file order: a seeded `test_fraction` of the pair groups
+    (pair_group_keys, group_split) is test, then `dev_fraction` of all groups (as a share of
+    the rest) is dev."""
+    pairs = list(pairs)
+    rest, test = group_split(pair_group_keys(pairs), test_fraction, seed)
+    remaining = [pairs[i] for i in rest]
+    share = dev_fraction / (1 - test_fraction) if dev_fraction else 0.0
+    train, dev = group_split(pair_group_keys(remaining), share, seed)
+    return [remaining[i] for i in train], [remaining[i] for i in dev], [pairs[i] for i in test]
+
+
+def _check_labels(name: str, parts: dict[str, list[PairExample]], labels: Sequence[str]) -> None:
+    for part, examples in parts.items():
+        unknown = sorted({e.label for e in examples} - set(labels))
+        if unknown:
+            raise ValueError(f"{name} {part}: labels {unknown} outside {list(labels)}")
+
+
+def _load_scitail(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    (train_path, dev_path), checksums = _benchmark_files("scitail", list(SCITAIL_FILES.values()), root)
+    train, _, test = carve_pair_splits(read_file(train_path, "nli-jsonl"), 0.0, SCITAIL_TEST_FRACTION)
+    parts = {"train": train, "dev": read_file(dev_path, "nli-jsonl"), "test": test}
+    _check_labels("scitail", parts, SCITAIL_LABELS)
+    return DatasetSplits(
+        name="scitail", task="entailment", labels=list(SCITAIL_LABELS), checksums=checksums,
+        description=(
+            "SciTail v1.1 (Khot et al. 2018): science-question hypotheses vs web-sentence premises, entails / neutral. "
+            f"dev = the official dev; its test is not here, so test = {SCITAIL_TEST_FRACTION:.0%} of train's pair groups "
+            f"(premise or hypothesis shared, seed {SPLIT_SEED}), train = the rest."
+        ),
+        **parts,
+    )
+
+
+def _carved_source(name: str, relative: str, labels: Sequence[str], notes: str, root: str | Path | None) -> DatasetSplits:
+    (path,), checksums = _benchmark_files(name, [relative], root)
+    train, dev, test = carve_pair_splits(read_file(path, "nli-jsonl"), CARVED_DEV_FRACTION, CARVED_TEST_FRACTION)
+    parts = {"train": train, "dev": dev, "test": test}
+    _check_labels(name, parts, labels)
+    return DatasetSplits(
+        name=name, task="entailment", labels=list(labels), checksums=checksums,
+        description=(
+            f"{notes} One file, so dev and test are {CARVED_DEV_FRACTION:.0%} / {CARVED_TEST_FRACTION:.0%} of its pair groups "
+            f"(premise or hypothesis shared, seed {SPLIT_SEED}); train = the rest."
+        ),
+        **parts,
+    )
+
+
+def _load_mnli(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    return _carved_source("mnli", MNLI_FILE, SNLI_LABELS, "MultiNLI 1.0 dev mismatched (9/11, face-to-face, letters, OUP, verbatim), the writers' labels.", root)
+
+
+def _load_xnli(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    return _carved_source("xnli", XNLI_FILE, SNLI_LABELS, "XNLI 1.0 English dev (multi-genre, collected like MultiNLI).", root)
+
+
+def _load_qnli(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    return _carved_source(
+        "qnli", QNLI_FILE, QNLI_LABELS,
+        "QNLI v1 dev (GLUE, from SQuAD): premise = a Wikipedia sentence, hypothesis = a question, entailment = the sentence answers it.",
+        root,
+    )
+
+
+def _load_nli_mix(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    """Every source of NLI_MIX_SOURCES with its own splits, labels mapped to SNLI's
+    (NLI_MIX_LABEL_MAPS), train capped per source (NLI_MIX_TRAIN_CAPS), each split the sources'
+    parts in source order; `sources` names each example's source."""
+    parts: dict[str, list[Example]] = {"train": [], "dev": [], "test": []}
+    sources: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    checksums: dict[str, str] = {}
+    counts = []
+    for name in NLI_MIX_SOURCES:
+        loader = LOADERS[name]
+        splits = loader(cache_dir) if name in SOURCES else loader(cache_dir, root)
+        mapping = NLI_MIX_LABEL_MAPS.get(name, {})
+        for split in parts:
+            examples = [PairExample(e.premise, e.hypothesis, mapping.get(e.label, e.label)) for e in getattr(splits, split)]
+            cap = NLI_MIX_TRAIN_CAPS.get(name) if split == "train" else None
+            if cap is not None and cap < len(examples):
+                keep = sorted(random.Random(f"nli-mix:{name}:{SPLIT_SEED}").sample(range(len(examples)), cap))
+                examples = [examples[i] for i in keep]
+            _check_labels(f"nli-mix/{name}", {split: examples}, SNLI_LABELS)
+            parts[split] += examples
+            sources[split] += [name] * len(examples)
+        checksums.update(splits.checksums)
+        counts.append(f"{name} {sum(1 for s in sources['train'] if s == name):,}")
+    return DatasetSplits(
+        name="nli-mix", task="entailment", labels=list(SNLI_LABELS), checksums=checksums, sources=sources,
+        description=(
+            "SNLI + MultiNLI dev mismatched + XNLI English dev + QNLI v1 dev + SciTail + FEVER claim/evidence pairs "
+            "(fever-nli), 3-way (SciTail entails/neutral and QNLI entailment/not_entailment -> entailment/neutral); "
+            f"each source keeps its own dev and test (dev = the held-back part of each); train pairs: {', '.join(counts)}."
+        ),
+        **parts,
+    )
+
+
 # Datasets read from the local benchmark folder (benchmark_dir), not fetched from a registry.
 BENCHMARK_LOADERS: dict[str, Callable[..., DatasetSplits]] = {"sick": _load_sick, "msrp": _load_msrp, "wikiqa": _load_wikiqa}
+# Local entailment data from other domains (read like the benchmarks: never fetched)
+DOMAIN_LOADERS: dict[str, Callable[..., DatasetSplits]] = {"scitail": _load_scitail, "mnli": _load_mnli, "xnli": _load_xnli, "qnli": _load_qnli}
 BENCHMARKS: tuple[str, ...] = tuple(BENCHMARK_LOADERS)
 
 
 def load_benchmark(name: str, root: str | Path | None = None) -> DatasetSplits:
     """A paper benchmark's splits from `root` (default: benchmark_dir())."""
     try:
-        loader = BENCHMARK_LOADERS[name]
+        loader = {**BENCHMARK_LOADERS, **DOMAIN_LOADERS}[name]
     except KeyError:
-        raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS)}") from None
+        raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS) + list(DOMAIN_LOADERS)}") from None
     return loader(None, root)
 
 LOADERS: dict[str, Callable[[str | Path | None], DatasetSplits]] = {
@@ -656,6 +813,11 @@ LOADERS: dict[str, Callable[[str | Path | None], DatasetSplits]] = {
     "snli-verification": _load_snli_verification,
     "bbc": _load_bbc,
     "tweets": _load_tweets,
+    "scitail": _load_scitail,
+    "mnli": _load_mnli,
+    "xnli": _load_xnli,
+    "qnli": _load_qnli,
+    "nli-mix": _load_nli_mix,
     "sick": _load_sick,
     "msrp": _load_msrp,
     "wikiqa": _load_wikiqa,
@@ -731,6 +893,7 @@ __all__ = [
     "Source",
     "answerable_questions",
     "benchmark_dir",
+    "carve_pair_splits",
     "dedupe",
     "default_cache_dir",
     "fetch",

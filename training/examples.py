@@ -55,3 +55,6 @@ class DatasetSplits:
     test: list[Example]
     checksums: dict[str, str] = field(default_factory=dict)  # source file -> sha256
     description: str = ""
+    # A mixed dataset (nli-mix): split -> the source dataset of each of its examples, in order;
+    # empty for a single-source dataset. Training then selects on the mean per-source dev accuracy.
+    sources: dict[str, list[str]] = field(default_factory=dict)

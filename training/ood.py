@@ -102,6 +102,12 @@ class OodSet:
     def __len__(self) -> int:
         return len(self.examples)
 
+    def fits(self, model_labels: Sequence[str]) -> bool:
+        """Whether a model with these labels can be scored on this set: it has every label the
+        set's prediction_map reads (a SciTail model's entails / neutral cannot answer SNLI's
+        three-way dev)."""
+        return set(self.prediction_map) <= {label.lower() for label in model_labels}
+
     def gold(self) -> np.ndarray:
         index = {label: i for i, label in enumerate(self.labels)}
         return np.array([index[e.label] for e in self.examples], dtype=np.int64)

@@ -6,6 +6,7 @@ Metrics, as the paper reports them:
             from dev/test)
     msrp    accuracy and F1 of the paraphrase class ("1")
     sick    3-way accuracy
+    scitail accuracy (entails / neutral; the AttConv paper's Table 5, no feature stage)
 
 Second stage: the paper feeds hand-made features beside the network's similarity scores into
 its final logistic regression. Here a logistic regression (standardised inputs, sklearn
@@ -123,9 +124,9 @@ def task_metrics(task: str, examples: Sequence[PairExample], labels: Sequence[st
     if task == "msrp":
         positive = list(labels).index(POSITIVE_LABEL)
         return binary_metrics(gold == positive, predictions == positive)
-    if task == "sick":
+    if task in ("sick", "scitail"):
         return {"accuracy": float((predictions == gold).mean()), "examples": int(gold.size)}
-    raise ValueError(f"unknown benchmark task {task!r}; expected wikiqa, msrp or sick")
+    raise ValueError(f"unknown benchmark task {task!r}; expected wikiqa, msrp, sick or scitail")
 
 
 def selection_metric(task: str, examples: Sequence[PairExample], labels: Sequence[str]):

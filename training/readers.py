@@ -4,6 +4,8 @@
     snli-jsonl   SNLI / MultiNLI jsonl: sentence1, sentence2, gold_label ("-" = no consensus, skipped)
     snli-txt     SNLI / MultiNLI .txt: tab-separated with a header row naming the same columns
     scitail-tsv  SciTail tsv: premise \\t hypothesis \\t label (entails / neutral), no header
+    nli-jsonl    plain NLI jsonl: premise, hypothesis, label per object (the shared data folder's
+                 SciTail, MultiNLI, XNLI and QNLI files, xz-compressed); labels as the file spells them
     sick         SICK: the full release SICK.txt (12 columns with a header, `entailment_label`,
                  `SemEval_set` = TRAIN/TRIAL/TEST) or the SemEval-2014 split files (id, sentence_A,
                  sentence_B, relatedness, entailment_judgment; with or without their header row)
@@ -17,7 +19,8 @@
     text-tsv     the same, tab-separated
     text-jsonl   classification jsonl with `text` and `label` keys (names configurable)
 
-Every reader strips a UTF-8 BOM and accepts LF or CRLF. The csv/tsv classification formats fall
+Every reader strips a UTF-8 BOM, accepts LF or CRLF, and reads a file ending in `.xz` through
+lzma. The csv/tsv classification formats fall
 back to latin-1 when the file is not UTF-8 (spreadsheet and tweet exports often are not); the
 others are UTF-8 by their specifications and fail loudly instead. Labels are kept as the file
 spells them. Standard library only.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import io
+import lzma
 import json
 import logging
 from pathlib import Path
@@ -46,7 +50,7 @@ class FormatError(ValueError):
 
 def read_text(path: str | Path, latin1_fallback: bool = False) -> str:
     """A file's text: UTF-8 with any BOM removed; latin-1 if allowed and UTF-8 fails."""
-    raw = Path(path).read_bytes()
+    raw = lzma.decompress(Path(path).read_bytes()) if str(path).endswith(".xz") else Path(path).read_bytes()
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -133,6 +137,18 @@ def read_scitail_tsv(path: str | Path) -> list[PairExample]:
         if len(row) != 3:
             raise FormatError(f"{path}:{number}: SciTail rows have 3 columns (premise, hypothesis, label), got {len(row)}")
         out.append(PairExample(row[0], row[1], row[2].strip()))
+    return out
+
+
+def read_nli_jsonl(path: str | Path) -> list[PairExample]:
+    """Pairs from `{premise, hypothesis, label}` objects (other keys ignored). Every row needs all
+    three; an empty label is an error, not a skipped row (these files have no "-" rows)."""
+    out = []
+    for number, row in iter_jsonl(path):
+        label = str(_field(row, "label", path, number)).strip()
+        if not label:
+            raise FormatError(f"{path}:{number}: empty label")
+        out.append(PairExample(str(_field(row, "premise", path, number)), str(_field(row, "hypothesis", path, number)), label))
     return out
 
 
@@ -276,6 +292,7 @@ READERS: dict[str, Callable[..., list]] = {
     "snli-jsonl": read_snli_jsonl,
     "snli-txt": read_snli_txt,
     "scitail-tsv": read_scitail_tsv,
+    "nli-jsonl": read_nli_jsonl,
     "sick": read_sick,
     "msrp": read_msrp,
     "wikiqa-tsv": read_wikiqa_tsv,
@@ -304,6 +321,7 @@ __all__ = [
     "read_fever_jsonl",
     "read_file",
     "read_msrp",
+    "read_nli_jsonl",
     "read_scitail_tsv",
     "read_sick",
     "read_snli_jsonl",

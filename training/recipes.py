@@ -41,6 +41,12 @@ DATASET_TASKS: dict[str, str] = {
     "sick": "entailment",
     "msrp": "entailment",
     "wikiqa": "entailment",
+    # entailment from other domains (local files) and the mixed 3-way set (training.datasets)
+    "scitail": "entailment",
+    "mnli": "entailment",
+    "xnli": "entailment",
+    "qnli": "entailment",
+    "nli-mix": "entailment",
 }
 # Config fields the trainer fills in from the data; a recipe setting them would be ignored.
 DATA_DERIVED_FIELDS = ("task", "vocab_size", "num_labels", "tuned_vocab_size")

@@ -235,6 +235,21 @@ def predict_logits(network: TextClassifier, data: EncodedExamples, batch_size: i
     return out
 
 
+def accuracy_by_source(gold: Sequence[int], predicted: Sequence[int], sources: Sequence[str]) -> dict[str, float]:
+    """Accuracy of each source of a mixed split (DatasetSplits.sources), in first-seen order."""
+    gold, predicted, sources = np.asarray(gold), np.asarray(predicted), np.asarray(sources)
+    if not (len(gold) == len(predicted) == len(sources)):
+        raise ValueError(f"{len(gold)} gold labels, {len(predicted)} predictions, {len(sources)} sources")
+    return {str(name): float(np.mean(gold[sources == name] == predicted[sources == name])) for name in dict.fromkeys(sources.tolist())}
+
+
+def mean_source_accuracy(gold: Sequence[int], sources: Sequence[str]) -> Callable[[np.ndarray], float]:
+    """A `select_metric`: the mean of the per-source accuracies, so each source of a mixed dev set
+    weighs the same whatever its size (SNLI's 5,030 dev pairs do not drown XNLI's 249)."""
+    gold, sources = np.asarray(gold), list(sources)
+    return lambda logits: float(np.mean(list(accuracy_by_source(gold, np.asarray(logits).argmax(-1), sources).values())))
+
+
 def evaluate_encoded(network: TextClassifier, data: EncodedExamples, labels: Sequence[str], batch_size: int = 256) -> dict[str, Any]:
     logits = predict_logits(network, data, batch_size)
     return classification_metrics(data.labels, logits.argmax(-1), labels)
@@ -479,7 +494,9 @@ def train(
     `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
     (fine-tuning on changed data); its network config must equal the recipe's.
     `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
-    dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric)."""
+    dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric); for a
+    mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
+    per-source accuracies are recorded in the history and the metrics (`by_source`)."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -517,6 +534,9 @@ def train(
         return EncodedExamples.encode(encoder, examples, labels, limits.max_lengths, limits.max_evidence)
 
     train_data, dev_data, test_data = encode(train_examples), encode(splits.dev), encode(splits.test)
+    dev_sources = splits.sources.get("dev") if splits.sources else None
+    if select_metric is None and dev_sources:
+        select_metric = mean_source_accuracy(dev_data.labels, dev_sources)
     bias = None
     if cfg.debias == "statement-only":
         if splits.task == "classification":
@@ -529,7 +549,7 @@ def train(
     if cfg.select_on == "dev+ood":
         from training.ood import ood_sets
 
-        for ood_set in ood_sets(splits.task):
+        for ood_set in (found for found in ood_sets(splits.task) if found.fits(labels)):  # two labels: no 3-way sets
             ood_data.append((ood_set, EncodedExamples.encode(encoder, ood_set.examples, ood_set.labels, limits.max_lengths, limits.max_evidence)))
 
     tuned = {"tuned_vocab_size": trainable_rows(tokenizer)} if recipe.embeddings.tuned_channel else {}
@@ -602,6 +622,8 @@ def train(
             dev_logits = predict_logits(network, dev_data, cfg.eval_batch_size)
             dev = classification_metrics(dev_data.labels, dev_logits.argmax(-1), labels)
             dev_score = select_metric(dev_logits)
+            if dev_sources:
+                dev["by_source"] = accuracy_by_source(dev_data.labels, dev_logits.argmax(-1), dev_sources)
         ood = evaluate_ood()
         score = selection_score(dev_score, ood)
         record = {
@@ -611,6 +633,7 @@ def train(
             "train_accuracy": window["correct"] / max(1, window["seen"]),
             "dev_accuracy": dev["accuracy"],
             "dev_macro_f1": dev["macro_f1"],
+            **{f"dev_{name}_accuracy": acc for name, acc in dev.get("by_source", {}).items()},
             **{f"ood_{name}_accuracy": m["accuracy"] for name, m in ood.items()},
             "selection_score": score,
             "lr": optimizer.param_groups[0]["lr"],
@@ -678,8 +701,15 @@ def train(
     stopper.restore(network)
     network.eval()
     network.cpu()  # checkpoint, parity examples and callers work on CPU
-    dev_metrics = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
-    test_metrics = evaluate_encoded(network, test_data, labels, cfg.eval_batch_size)
+
+    def final_metrics(data: EncodedExamples, part: str) -> dict[str, Any]:
+        predicted = predict_logits(network, data, cfg.eval_batch_size).argmax(-1)
+        metrics = classification_metrics(data.labels, predicted, labels)
+        if splits.sources.get(part):
+            metrics["by_source"] = accuracy_by_source(data.labels, predicted, splits.sources[part])
+        return metrics
+
+    dev_metrics, test_metrics = final_metrics(dev_data, "dev"), final_metrics(test_data, "test")
     ood_metrics = evaluate_ood()
     wall_time = time.perf_counter() - started
     result = TrainResult(
@@ -748,4 +778,4 @@ def train(
     return result
 
 
-__all__ = ["train", "evaluate", "TrainResult", "classification_metrics", "EarlyStopping", "EncodedExamples"]
+__all__ = ["train", "evaluate", "TrainResult", "accuracy_by_source", "classification_metrics", "mean_source_accuracy", "EarlyStopping", "EncodedExamples"]
