@@ -1,8 +1,9 @@
 """Service settings: environment variables with the `ATTSERVE_` prefix (pydantic-settings).
 
-`ATTSERVE_MODELS` takes a comma-separated allow-list (`topic,sentiment`) and
+`ATTSERVE_MODELS` takes a comma-separated allow-list (`topic,sentiment`),
 `ATTSERVE_MODEL_REPOSITORY` one directory or several, separated by commas or colons
-(`model_repository,/srv/my-bundles`); every other field is a plain scalar. `attserve serve` / `python -m service` options override the environment.
+(`model_repository,/srv/my-bundles`), `ATTSERVE_API_KEYS` and `ATTSERVE_ALLOWED_HOSTS`
+comma-separated lists; every other field is a plain scalar. `attserve serve` / `python -m service` options override the environment.
 """
 
 from __future__ import annotations
