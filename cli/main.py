@@ -28,7 +28,7 @@ app = typer.Typer(
 # module -> the functions in it that become commands (command name = function name, _ -> -)
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.data_command": ("data",),
-    "training.commands": ("train", "evaluate", "baseline", "card"),
+    "training.commands": ("train", "evaluate", "baseline", "card", "fever_report"),
     "export.commands": ("export",),
     "service.commands": ("serve",),
     "bench.commands": ("bench",),

@@ -176,7 +176,7 @@ def test_nli_formats_refuse_non_utf8(tmp_path: Path) -> None:
 def test_read_file_dispatch(tmp_path: Path) -> None:
     path = write(tmp_path / "data.csv", "words,y\nhello,greeting\n")
     assert read_file(path, "text-csv", text_column="words", label_column="y") == [TextExample("hello", "greeting")]
-    assert {"snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "msrp", "wikiqa-tsv", "fever-jsonl", "text-csv", "text-tsv", "text-jsonl"} == set(READERS)
+    assert {"snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "msrp", "wikiqa-tsv", "fever-jsonl", "fever-csv", "text-csv", "text-tsv", "text-jsonl"} == set(READERS)
     with pytest.raises(ValueError, match="unknown format"):
         read_file(path, "parquet")
 

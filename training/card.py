@@ -101,6 +101,8 @@ class Scored:
     logits: np.ndarray  # (N, C), in example order
     tokens: int  # non-pad ids fed to the graph
     unknown: int  # of which unknown ids
+    # verification graphs: each example's evidence_scores over its own sentences, in example order
+    evidence_scores: list[np.ndarray] | None = None
 
     @property
     def unknown_share(self) -> float:
@@ -126,12 +128,14 @@ def score_examples(
     desc: str | None = None,
     progress: bool = True,
 ) -> Scored:
-    """Logits of the bundle's graph for `examples` (batched by length), and unknown-id counts."""
+    """Logits of the bundle's graph for `examples` (batched by length), unknown-id counts, and
+    for verification each claim's evidence_scores."""
     unknown = np.array(unknown_ids(encoder), dtype=np.int64)
     order = np.argsort([_cost(e) for e in examples], kind="stable")
     logits: np.ndarray | None = None
     tokens = unknowns = 0
     starts = range(0, len(order), batch_size)
+    evidence: list[np.ndarray] | None = [np.empty(0)] * len(examples) if config.task == "verification" and len(config.outputs) > 1 else None
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
         indices = order[start : start + batch_size]
         ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence)
@@ -139,13 +143,17 @@ def score_examples(
             real = arr[arr != PAD_ID]
             tokens += int(real.size)
             unknowns += int(np.isin(real, unknown).sum())
-        out = session.run([config.outputs[0]], dict(zip(config.inputs, ids)))[0]
+        outputs = session.run(list(config.outputs[: 2 if evidence is not None else 1]), dict(zip(config.inputs, ids)))
+        out = outputs[0]
         if logits is None:
             logits = np.empty((len(examples), out.shape[1]), dtype=np.float32)
         logits[indices] = out
+        if evidence is not None:
+            for row, i in enumerate(indices):
+                evidence[i] = outputs[1][row, : len(examples[i].evidence)]
     if logits is None:
         logits = np.empty((0, len(config.labels)), dtype=np.float32)
-    return Scored(logits, tokens, unknowns)
+    return Scored(logits, tokens, unknowns, evidence)
 
 
 # --- the card -------------------------------------------------------------------------------

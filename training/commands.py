@@ -157,6 +157,29 @@ def _print_ood(title: str, ood: dict[str, dict[str, Any]]) -> None:
     Console().print(table)
 
 
+def fever_report(
+    bundle: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="A verification bundle, e.g. model_repository/fever-attconv.")],
+    split: Annotated[str, typer.Option(help="dev or test of the `fever` dataset's split.")] = "dev",
+    threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads.")] = 1,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report to this JSON file.")] = None,
+) -> None:
+    """A verification bundle on FEVER (training/fever.py): 3-way accuracy with gold evidence (the
+    AttConv paper's Table 9 setting), with unrelated evidence for NOT ENOUGH INFO, and among
+    retrieved distractors; SUPPORTS vs REFUTES; the gold sentence's evidence_scores rank against
+    chance; the behaviour checks."""
+    from training.fever import fever_report as run_report
+
+    report = run_report(bundle, split=split, threads=threads)
+    for name, metrics in report["views"].items():
+        typer.echo(f"{name:15s} " + "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+    typer.echo(f"behaviour checks: {report['behaviour_passed']}/{len(report['behaviour'])} passed")
+    for check in report["behaviour"]:
+        if check["expected"] != check["got"]:
+            typer.echo(f"  failed: {check['claim']!r} with {check['evidence']!r}: expected {check['expected']}, got {check['got']}")
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
 def card(
     bundle: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="Bundle directory, e.g. model_repository/snli-attconv-light.")],
     dev_split: Annotated[str, typer.Option("--dev-split", help="In-domain split the temperature is fitted on.")] = "dev",
@@ -200,4 +223,4 @@ def card(
         typer.echo(f"card written to {write_card(bundle, result)}")
 
 
-__all__ = ["train", "evaluate", "baseline", "card"]
+__all__ = ["train", "evaluate", "baseline", "card", "fever_report"]

@@ -84,6 +84,7 @@ split, dev and test are cut here: seeded groups of pairs that share a premise or
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import html
 import io
@@ -103,7 +104,7 @@ from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
-from training.examples import TASK_OF, DatasetSplits, Example, PairExample, TextExample
+from training.examples import TASK_OF, ClaimExample, DatasetSplits, Example, PairExample, TextExample
 from training.readers import iter_snli_records, read_file, read_text
 from training.verification import VERIFICATION_LABELS, CaptionedPair, build_claims, claims_of
 
@@ -659,6 +660,54 @@ def _load_wikiqa(cache_dir: str | Path | None, root: str | Path | None = None) -
     )
 
 
+@functools.lru_cache(maxsize=2)
+def _fever_parts(root: Path) -> tuple[dict[str, list], dict[str, list[ClaimExample]], dict[str, str]]:
+    """FEVER's claims per split and their built evidence lists (training.fever), read once per
+    process: `fever` and `fever-nli` share them."""
+    from training import fever
+
+    (path,), checksums = _benchmark_files("fever", [fever.FEVER_FILE], root)
+    claims, _ = fever.read_fever(path)
+    parts = fever.split_fever(claims, seed=SPLIT_SEED, dev_fraction=fever.DEV_FRACTION, test_fraction=fever.TEST_FRACTION)
+    splits = dict(zip(("train", "dev", "test"), parts))
+    lists = {name: fever.build_evidence_lists(part, seed=SPLIT_SEED, split=name) for name, part in splits.items()}
+    return splits, lists, checksums
+
+
+FEVER_DESCRIPTION = (
+    "FEVER 1.0 train claims with their gold evidence text (Thorne et al. 2018), split {dev:.0%} dev / "
+    "{test:.0%} test by fact (claims sharing an evidence sentence stay together, seed {seed})"
+)
+
+
+def _load_fever(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    from training.fever import DEV_FRACTION, FEVER_LABELS, TEST_FRACTION
+
+    _, lists, checksums = _fever_parts(benchmark_dir(root))
+    return DatasetSplits(
+        name="fever", task="verification", labels=list(FEVER_LABELS), checksums=dict(checksums),
+        description=FEVER_DESCRIPTION.format(dev=DEV_FRACTION, test=TEST_FRACTION, seed=SPLIT_SEED) + (
+            "; SUPPORTS/REFUTES: gold sentences plus 0-3 retrieved or random distractors in random "
+            "positions; NOT ENOUGH INFO: 1-4 retrieved on-topic sentences, or unrelated ones."
+        ),
+        **{name: list(part) for name, part in lists.items()},
+    )
+
+
+def _load_fever_nli(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    from training.fever import DEV_FRACTION, TEST_FRACTION, entailment_pairs
+
+    claims, lists, checksums = _fever_parts(benchmark_dir(root))
+    return DatasetSplits(
+        name="fever-nli", task="entailment", labels=list(SNLI_LABELS), checksums=dict(checksums),
+        description=FEVER_DESCRIPTION.format(dev=DEV_FRACTION, test=TEST_FRACTION, seed=SPLIT_SEED) + (
+            ", as entailment pairs: premise = the gold sentences (SUPPORTS = entailment, REFUTES = "
+            "contradiction) or retrieved/unrelated sentences (NOT ENOUGH INFO = neutral), hypothesis = the claim."
+        ),
+        **{name: entailment_pairs(claims[name], lists[name], seed=SPLIT_SEED, split=name) for name in ("train", "dev", "test")},
+    )
+
+
 # --- entailment from other domains: SciTail, MultiNLI, XNLI, QNLI (local files), and the mix ---
 
 SCITAIL_FILES = {"train": "scitail/train.jsonl.xz", "dev": "scitail/dev.jsonl.xz"}
@@ -821,6 +870,8 @@ LOADERS: dict[str, Callable[[str | Path | None], DatasetSplits]] = {
     "sick": _load_sick,
     "msrp": _load_msrp,
     "wikiqa": _load_wikiqa,
+    "fever": _load_fever,
+    "fever-nli": _load_fever_nli,
 }
 
 

@@ -15,6 +15,9 @@
                  SentenceID, Sentence, Label (CRLF); premise = question, hypothesis = candidate
                  sentence, label "1" = an answer
     fever-jsonl  FEVER-style jsonl: claim, evidence (a list of sentence strings), label
+    fever-csv    FEVER rows with their evidence text (id, verifiable, label, claim, evidence = a
+                 Python list literal of sentences in the FEVER dump's tokenization, made plain
+                 text); claims without evidence are skipped, as in fever-jsonl
     text-csv     classification csv with `text` and `label` columns (names configurable)
     text-tsv     the same, tab-separated
     text-jsonl   classification jsonl with `text` and `label` keys (names configurable)
@@ -28,6 +31,7 @@ spells them. Standard library only.
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import lzma
@@ -253,6 +257,40 @@ def read_fever_jsonl(path: str | Path) -> list[ClaimExample]:
     return out
 
 
+FEVER_CSV_COLUMNS = ("id", "verifiable", "label", "claim", "evidence")
+
+
+def iter_fever_csv(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Each row of a FEVER csv as {id, verifiable, label, claim, evidence: list[str]}, the
+    evidence sentences as the file spells them (FEVER dump tokenization). The evidence column is
+    a Python list literal, parsed with ast.literal_eval (never eval)."""
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    missing = [c for c in FEVER_CSV_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise FormatError(f"{path}: missing columns {missing} (has {reader.fieldnames})")
+    for number, row in enumerate(reader, start=2):
+        try:
+            evidence = ast.literal_eval(row["evidence"] or "[]")
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise FormatError(f"{path}:{number}: `evidence` is not a Python list literal ({type(exc).__name__})") from exc
+        if not isinstance(evidence, list) or not all(isinstance(s, str) for s in evidence):
+            raise FormatError(f"{path}:{number}: `evidence` must be a list of sentence strings")
+        yield {**{c: row[c] for c in FEVER_CSV_COLUMNS[:4]}, "evidence": evidence}
+
+
+def read_fever_csv(path: str | Path) -> list[ClaimExample]:
+    """Claims with their evidence as plain text (training.fever.detokenize_fever); claims without
+    evidence (NOT ENOUGH INFO, and pages missing from the dump) are skipped, with a count.
+    `attserve train`'s named dataset `fever` builds evidence lists for all of them instead."""
+    from training.fever import read_fever
+
+    claims, _ = read_fever(path)
+    out = [ClaimExample(c.claim, c.evidence, c.label) for c in claims if c.evidence]
+    if len(out) < len(claims):
+        logger.warning("%s: skipped %d claims without evidence", path, len(claims) - len(out), extra={"path": str(path), "skipped": len(claims) - len(out)})
+    return out
+
+
 # --- classification --------------------------------------------------------------------------
 
 
@@ -297,6 +335,7 @@ READERS: dict[str, Callable[..., list]] = {
     "msrp": read_msrp,
     "wikiqa-tsv": read_wikiqa_tsv,
     "fever-jsonl": read_fever_jsonl,
+    "fever-csv": read_fever_csv,
     "text-csv": read_text_csv,
     "text-tsv": read_text_tsv,
     "text-jsonl": read_text_jsonl,
@@ -318,6 +357,8 @@ __all__ = [
     "iter_jsonl",
     "iter_snli_records",
     "iter_wikiqa_records",
+    "iter_fever_csv",
+    "read_fever_csv",
     "read_fever_jsonl",
     "read_file",
     "read_msrp",

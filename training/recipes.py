@@ -47,6 +47,9 @@ DATASET_TASKS: dict[str, str] = {
     "xnli": "entailment",
     "qnli": "entailment",
     "nli-mix": "entailment",
+    # FEVER train claims with their evidence text (local file, training.fever)
+    "fever": "verification",
+    "fever-nli": "entailment",
 }
 # Config fields the trainer fills in from the data; a recipe setting them would be ignored.
 DATA_DERIVED_FIELDS = ("task", "vocab_size", "num_labels", "tuned_vocab_size")

@@ -1,0 +1,170 @@
+"""FEVER data (training/fever.py, the `fever-csv` reader and the `fever` / `fever-nli` datasets)
+on a small csv written here: plain text from the dump's tokenization, dropped rows counted, fact
+groups kept on one side of a split, and evidence lists built as the module promises."""
+
+from __future__ import annotations
+
+import csv
+import lzma
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from training.fever import (
+    NOT_ENOUGH_INFO,
+    FeverClaim,
+    build_evidence_lists,
+    detokenize_fever,
+    entailment_pairs,
+    read_fever,
+    split_fever,
+)
+from training.readers import FormatError, read_file
+
+TOPICS = ["paris", "tokyo", "berlin", "madrid", "rome", "vienna", "oslo", "lisbon", "dublin", "prague",
+          "athens", "warsaw", "helsinki", "budapest", "brussels", "amsterdam", "zurich", "geneva"]
+
+
+def _rows() -> list[dict[str, str]]:
+    rows = []
+    for t, topic in enumerate(TOPICS):
+        fact = f"{topic.title()} -LRB- city -RRB- is the capital of country{t} , with river{t} ."
+        other = f"{topic.title()} hosts the festival{t} every summer ."
+        rows.append({"id": f"{t}1", "verifiable": "VERIFIABLE", "label": "SUPPORTS",
+                     "claim": f"{topic.title()} is a capital.", "evidence": repr([fact, fact])})
+        rows.append({"id": f"{t}2", "verifiable": "VERIFIABLE", "label": "REFUTES",
+                     "claim": f"{topic.title()} is a village in country{t}.", "evidence": repr([fact, other])})
+        rows.append({"id": f"{t}3", "verifiable": "NOT VERIFIABLE", "label": NOT_ENOUGH_INFO,
+                     "claim": f"{topic.title()} has a zoo with pandas{t}.", "evidence": "[]"})
+    rows.append({"id": "99", "verifiable": "VERIFIABLE", "label": "REFUTES", "claim": "Lost page.", "evidence": "[]"})
+    return rows
+
+
+def _write(path: Path, rows: list[dict[str, str]], xz: bool = False) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["id", "verifiable", "label", "claim", "evidence"])
+        writer.writeheader()
+        writer.writerows(rows)
+    if xz:
+        target = path.with_name(path.name + ".xz")
+        target.write_bytes(lzma.compress(path.read_bytes()))
+        return target
+    return path
+
+
+def test_detokenize_makes_the_dump_plain_text():
+    assert detokenize_fever("Hoffman -LRB- born August 8 , 1937 -RRB- is an actor .") == "Hoffman (born August 8, 1937) is an actor."
+    assert detokenize_fever("He said `` yes '' -COLON- it is n't his -LSB- sic -RSB- .") == 'He said "yes": it isn\'t his [sic].'
+    assert detokenize_fever("It 's 50 % of the U.S. market") == "It's 50% of the U.S. market"
+
+
+def test_read_fever_plain_text_deduplicated_and_drops_counted(tmp_path):
+    claims, dropped = read_fever(_write(tmp_path / "train.csv", _rows(), xz=True))
+    assert dropped == Counter({"REFUTES without evidence": 1})
+    assert len(claims) == 3 * len(TOPICS)
+    first = claims[0]
+    assert first.evidence == ("Paris (city) is the capital of country0, with river0.",)  # the repeated sentence once
+    assert all(not c.evidence for c in claims if c.label == NOT_ENOUGH_INFO)
+
+
+def test_fever_csv_reader_format(tmp_path):
+    examples = read_file(_write(tmp_path / "train.csv", _rows()), "fever-csv")
+    assert {e.label for e in examples} == {"SUPPORTS", "REFUTES"}  # no evidence, no example
+    assert all("-LRB-" not in s for e in examples for s in e.evidence)
+    bad = _rows()[:1]
+    bad[0]["evidence"] = "__import__('os').system('true')"
+    with pytest.raises(FormatError, match="literal"):
+        read_file(_write(tmp_path / "bad.csv", bad), "fever-csv")
+
+
+def test_split_keeps_a_fact_on_one_side(tmp_path):
+    claims, _ = read_fever(_write(tmp_path / "train.csv", _rows()))
+    train, dev, test = split_fever(claims, seed=1, dev_fraction=0.2, test_fraction=0.2)
+    assert sorted(c.id for c in train + dev + test) == sorted(c.id for c in claims)
+    side = {}
+    for name, part in (("train", train), ("dev", dev), ("test", test)):
+        for c in part:
+            if c.evidence:
+                assert side.setdefault(c.evidence[0], name) == name
+    assert dev and test
+
+
+def test_evidence_lists(tmp_path):
+    claims, _ = read_fever(_write(tmp_path / "train.csv", _rows()))
+    examples = build_evidence_lists(claims, seed=0, split="train", max_evidence=4, gold_only_fraction=0.0,
+                                    unrelated_nei_fraction=0.0, off_topic_fraction=0.0)
+    again = build_evidence_lists(claims, seed=0, split="train", max_evidence=4, gold_only_fraction=0.0,
+                                 unrelated_nei_fraction=0.0, off_topic_fraction=0.0)
+    assert examples == again  # deterministic
+    positions = Counter()
+    for claim, example in zip(claims, examples):
+        assert example.claim == claim.claim and example.label == claim.label
+        assert 1 <= len(example.evidence) <= 4 and len(set(example.evidence)) == len(example.evidence)
+        if claim.label == NOT_ENOUGH_INFO:
+            assert example.gold_evidence is None
+            continue
+        assert set(claim.evidence) <= set(example.evidence)
+        assert len(example.evidence) > len(claim.evidence)  # gold_only_fraction 0: a distractor always
+        distractors = set(example.evidence) - set(claim.evidence)
+        # never a sentence of the claim's own fact group (its topic's sentences here)
+        topic = claim.claim.split()[0]
+        assert not any(s.startswith(topic) for s in distractors)
+        if len(claim.evidence) == 1:
+            assert example.evidence[example.gold_evidence] == claim.evidence[0]
+            positions[example.gold_evidence] += 1
+        else:
+            assert example.gold_evidence is None
+    assert len(positions) > 1  # the gold sentence is not always in the same slot
+    # NOT ENOUGH INFO with retrieval only: on-topic sentences (its city's), which do not settle it
+    nei = [e for c, e in zip(claims, examples) if c.label == NOT_ENOUGH_INFO]
+    assert sum(e.claim.split()[0] in " ".join(e.evidence) for e in nei) >= 0.9 * len(nei)
+
+
+def test_unrelated_nei_and_gold_only(tmp_path):
+    claims, _ = read_fever(_write(tmp_path / "train.csv", _rows()))
+    examples = build_evidence_lists(claims, seed=0, split="dev", gold_only_fraction=1.0, unrelated_nei_fraction=1.0)
+    on_topic = 0
+    for claim, example in zip(claims, examples):
+        if claim.label != NOT_ENOUGH_INFO:
+            assert sorted(example.evidence) == sorted(claim.evidence)
+        else:
+            on_topic += claim.claim.split()[0] in " ".join(example.evidence)
+    # random sentences: about its own city only by chance (retrieved: at least 90%, test above)
+    assert on_topic <= len(TOPICS) // 2
+
+
+def test_entailment_pairs_map_labels(tmp_path):
+    claims, _ = read_fever(_write(tmp_path / "train.csv", _rows()))
+    examples = build_evidence_lists(claims, seed=0, split="train")
+    pairs = entailment_pairs(claims, examples, seed=0, split="train")
+    assert len(pairs) == len(claims)
+    mapping = {("SUPPORTS", "entailment"), ("REFUTES", "contradiction"), (NOT_ENOUGH_INFO, "neutral")}
+    assert {(c.label, p.label) for c, p in zip(claims, pairs)} == mapping
+    for c, e, p in zip(claims, examples, pairs):
+        assert p.hypothesis == c.claim
+        if c.evidence:
+            assert p.premise == " ".join(c.evidence[:3])
+        else:  # one or two of the sentences its NOT ENOUGH INFO list was built with
+            assert p.premise in (e.evidence[0], " ".join(e.evidence[:2]))
+
+
+def test_fever_dataset_loads_from_a_benchmark_dir(tmp_path, monkeypatch):
+    from training import datasets
+
+    (tmp_path / "fever").mkdir()
+    _write(tmp_path / "fever" / "train.csv", _rows() * 1, xz=True)
+    monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr("training.fever.DEV_FRACTION", 0.3)
+    monkeypatch.setattr("training.fever.TEST_FRACTION", 0.3)
+    datasets._fever_parts.cache_clear()
+    try:
+        verification = datasets.load_dataset("fever")
+        nli = datasets.load_dataset("fever-nli")
+    finally:
+        datasets._fever_parts.cache_clear()
+    assert verification.task == "verification" and nli.task == "entailment"
+    assert verification.labels == ["SUPPORTS", "REFUTES", NOT_ENOUGH_INFO]
+    assert len(verification.train) + len(verification.dev) + len(verification.test) == 3 * len(TOPICS)
+    assert [p.hypothesis for p in nli.train] == [c.claim for c in verification.train]
+    assert "fever/fever/train.csv.xz" in verification.checksums
