@@ -699,7 +699,9 @@ def test_probes_short(service_bundles, tmp_path):
 
 
 def test_abuse_short(service_bundles, tmp_path):
-    result = reliability.run_abuse(service_bundles, seconds=8, settle_s=4, unread=4, slow=6, work=tmp_path,
+    # few explanation requests (each is ~0.4 s of a core to tokenize, more on a busy machine) and
+    # a settle long enough for the server to finish them before RSS is compared with idle
+    result = reliability.run_abuse(service_bundles, seconds=6, settle_s=8, unread=2, slow=6, work=tmp_path,
                                    write_timeout_s=1, memory_trim_s=1)
     print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}))
     statuses = result["statuses"]
