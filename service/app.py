@@ -205,7 +205,8 @@ class Service:
         threads = self.settings.threads_per_model(len(pending))
         for entry in pending:
             try:
-                entry.runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads)
+                entry.runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads,
+                                                        self.settings.cuda_provider_options())
                 seconds = await asyncio.to_thread(warm_up, entry.runtime, self.settings)
             except (BundleError, DeviceUnavailable) as exc:
                 self._fail(entry, str(exc))
@@ -223,7 +224,9 @@ class Service:
             ).set(1)
             log.info("model ready", extra={
                 "model": entry.name, "task": c.task, "architecture": c.architecture, "version": c.version,
-                "provider": entry.runtime.provider, "intra_op_threads": threads, "warmup_s": round(seconds, 3),
+                "provider": entry.runtime.provider, "provider_options": entry.runtime.provider_options,
+                "intra_op_threads": threads, "warmup_s": round(seconds, 3),
+                "warmup_shapes": entry.runtime.warmup_report["shapes"], "batch_grid": entry.runtime.batch_sizes,
                 "call_overhead_tokens": round(entry.runtime.call_overhead_tokens, 1),
             })
         self.loaded = True

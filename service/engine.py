@@ -45,9 +45,12 @@ class Pending:
 
 
 def warm_up(runtime: ModelRuntime, settings: Settings) -> float:
-    """Run every shape the batching policy can produce (settings' max batch size and token
-    budget) once, and measure the cost of a graph call unless configured; seconds taken. The
-    service (before a model is ready) and the bench's in-process engine warm up through here."""
+    """Turn the batch grid on or off for the runtime's provider (settings.batch_grid_for), run
+    every shape the batching policy can produce (settings' max batch size and token budget;
+    with the grid, every grid shape) once, and measure the cost of a graph call unless
+    configured; seconds taken. The service (before a model is ready) and the bench's in-process
+    engine warm up through here."""
+    runtime.use_batch_grid(settings.max_batch_size if settings.batch_grid_for(runtime.provider) else None)
     return runtime.warmup(settings.max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
 
 

@@ -192,8 +192,9 @@ async def list_models(request: Request) -> Any:
                         temperature=c.temperature,
                         explanation=c.explanation.method if c.explanation is not None else None, card=c.card.model_dump() if c.card is not None else None)
         if e.runtime is not None:
-            info.update(provider=e.runtime.provider, intra_op_threads=e.runtime.threads,
-                        length_buckets=e.runtime.buckets)
+            info.update(provider=e.runtime.provider, provider_options=e.runtime.provider_options,
+                        intra_op_threads=e.runtime.threads, length_buckets=e.runtime.buckets,
+                        batch_grid=e.runtime.batch_sizes, warmup=e.runtime.warmup_report)
         out.append(ModelInfo(**info))
     return {"models": out, "tasks": tasks}
 

@@ -9,6 +9,7 @@ own slice of the outputs.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import statistics
@@ -31,6 +32,8 @@ CUDA = "CUDAExecutionProvider"
 MIN_LENGTH_BUCKET = 8
 # Any real id for warm-up inputs ([UNK]); the values do not matter, the shapes do.
 WARMUP_ID = 1
+# The CUDAExecutionProvider options /v1/models reports, as onnxruntime has them in force.
+CUDA_OPTION_KEYS = ("device_id", "use_tf32", "cudnn_conv_algo_search", "arena_extend_strategy", "gpu_mem_limit")
 
 
 class DeviceUnavailable(RuntimeError):
@@ -63,6 +66,11 @@ def length_buckets(max_length: int, smallest: int = MIN_LENGTH_BUCKET) -> list[i
     return out + [max_length]
 
 
+def batch_grid(max_batch_size: int) -> list[int]:
+    """The batch sizes a graph call is padded to: powers of two below `max_batch_size`, then it."""
+    return length_buckets(max_batch_size, smallest=1)
+
+
 def bucket_of(n: int, buckets: Sequence[int]) -> int:
     for b in buckets:
         if n <= b:
@@ -82,12 +90,14 @@ def batch_shape(items: Sequence["Item"]) -> tuple[int, ...]:
     return shape
 
 
-def plan_calls(shapes: Sequence[tuple[int, ...]], shape_tokens, call_overhead_tokens: float) -> list[list[int]]:
+def plan_calls(shapes: Sequence[tuple[int, ...]], shape_tokens, call_overhead_tokens: float,
+               rows=None) -> list[list[int]]:
     """Split a batch (the items' bucket shapes) into graph calls: groups of indices whose
     padded cost, sum over calls of (call_overhead_tokens + n x padded tokens of the call's
     shape), is least. The distinct shapes are sorted by cost and each call takes a contiguous
     run of them (dynamic programming over at most a few dozen shapes), so one long item no
-    longer pads thirty short ones. 0: one call per shape; infinity: always one call."""
+    longer pads thirty short ones. 0: one call per shape; infinity: always one call. `rows`:
+    the rows a call of n items runs (the batch grid pads n up; None: n)."""
     by_shape: dict[tuple[int, ...], list[int]] = {}
     for index, shape in enumerate(shapes):
         by_shape.setdefault(shape, []).append(index)
@@ -101,7 +111,7 @@ def plan_calls(shapes: Sequence[tuple[int, ...]], shape_tokens, call_overhead_to
         for i in range(j - 1, -1, -1):  # the last call takes distinct[i:j]
             shape = padded_shape(shape, distinct[i])
             count += len(by_shape[distinct[i]])
-            cost = best[i] + call_overhead_tokens + count * shape_tokens(shape)
+            cost = best[i] + call_overhead_tokens + (count if rows is None else rows(count)) * shape_tokens(shape)
             if cost < best[j]:
                 best[j], start[j] = cost, i
     calls, j = [], len(distinct)
@@ -171,6 +181,13 @@ class ModelRuntime:
         except Exception as exc:  # tokenizers raises plain Exception; TextEncoder ValueError
             raise BundleError(f"{bundle.tokenizer_path}: tokenizers cannot load it: {exc}") from None
         self.provider = session.get_providers()[0]
+        # the CUDA options in force, as onnxruntime reports them ({} on CPU)
+        reported = session.get_provider_options().get(self.provider, {}) if self.provider == CUDA else {}
+        self.provider_options = {k: str(reported[k]) for k in CUDA_OPTION_KEYS if k in reported}
+        # batch sizes a call is padded to (use_batch_grid); None: a call runs as many rows as items
+        self.batch_sizes: list[int] | None = None
+        # what the last warm-up ran: {"seconds", "shapes", "batch_grid"}
+        self.warmup_report: dict | None = None
         # card.calibration.temperature (> 0, checked by BundleConfig): scores = softmax(logits / T)
         self.temperature = float(self.config.temperature)
         self.input_names = list(self.config.inputs)
@@ -189,9 +206,14 @@ class ModelRuntime:
         return self.config.name
 
     @classmethod
-    def load(cls, path: str | Path, providers: list[str], threads: int) -> "ModelRuntime":
-        """Verify the bundle (checksums, label count vs logits width) and open its session."""
+    def load(cls, path: str | Path, providers: list[str], threads: int,
+             cuda_options: dict[str, str] | None = None) -> "ModelRuntime":
+        """Verify the bundle (checksums, label count vs logits width) and open its session;
+        `cuda_options` go to CUDAExecutionProvider when it is asked for (Settings.cuda_provider_options)."""
         bundle = load_bundle(path)
+        asked: list = list(providers)
+        if providers[0] == CUDA:
+            asked[0] = (CUDA, dict(cuda_options or {}))
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -200,7 +222,7 @@ class ModelRuntime:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         try:
-            session = ort.InferenceSession(str(bundle.model_path), sess_options=options, providers=providers)
+            session = ort.InferenceSession(str(bundle.model_path), sess_options=options, providers=asked)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
             raise BundleError(f"{bundle.model_path}: onnxruntime cannot load it: {exc}") from None
         actual = session.get_providers()
@@ -244,14 +266,38 @@ class ModelRuntime:
                 at += 1
         return tokens
 
+    def use_batch_grid(self, max_batch_size: int | None) -> None:
+        """Pad every call's batch dimension to the grid of `max_batch_size` (None: no grid)."""
+        self.batch_sizes = batch_grid(max_batch_size) if max_batch_size is not None else None
+
+    def rows(self, n: int) -> int:
+        """The rows a call of `n` items runs: the grid size that holds them (n without a grid)."""
+        return n if self.batch_sizes is None else bucket_of(n, self.batch_sizes)
+
     def padded_tokens(self, items: Sequence[Item], calls: Sequence[Sequence[int]]) -> int:
         """Padded tokens of a batch run as `calls` (lists of item indices, as infer_batch made
-        them): each call pads its items to their largest bucket shape."""
-        return sum(len(call) * self.shape_tokens(batch_shape([items[k] for k in call])) for call in calls)
+        them): each call pads its items to their largest bucket shape, and its rows to the grid."""
+        return sum(self.rows(len(call)) * self.shape_tokens(batch_shape([items[k] for k in call])) for call in calls)
+
+    def feed_shapes(self, rows: int, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The input tensors' shapes (in input order) of a call of `rows` rows padded to `shape`."""
+        out, at = [], 0
+        for name in self.input_names:
+            if name == "evidence_ids":
+                out.append((rows, shape[at], shape[at + 1]))
+                at += 2
+            else:
+                out.append((rows, shape[at]))
+                at += 1
+        return tuple(out)
 
     def feeds(self, items: Sequence[Item]) -> dict[str, np.ndarray]:
-        """Pad items to the batch's largest bucket shape (per dimension)."""
+        """Pad items to the batch's largest bucket shape (per dimension), and with the grid on,
+        the batch to its grid size with copies of the first row (real ids, so a padding row
+        computes what a real one does; every row is computed on its own, and the padding rows
+        are dropped in `infer` before anything reads them)."""
         shape = batch_shape(items)
+        extra = self.rows(len(items)) - len(items)
         out: dict[str, np.ndarray] = {}
         at = 0
         for i, name in enumerate(self.input_names):
@@ -265,6 +311,8 @@ class ModelRuntime:
             else:
                 arr = pad_2d(column, min_length=shape[at])  # (B, L)
                 at += 1
+            if extra:
+                arr = np.concatenate([arr, np.repeat(arr[:1], extra, axis=0)])
             out[name] = arr
         return out
 
@@ -289,7 +337,8 @@ class ModelRuntime:
     def infer_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[list[ItemOutput], list[list[int]]]:
         """Run a batch in the graph calls `plan_calls` picks: the outputs in item order, and the
         calls made (lists of item indices)."""
-        calls = plan_calls([item.shape for item in items], self.shape_tokens, self.call_overhead_tokens)
+        calls = plan_calls([item.shape for item in items], self.shape_tokens, self.call_overhead_tokens,
+                           None if self.batch_sizes is None else self.rows)
         if len(calls) == 1:
             return self.infer(items, explain_rows), calls
         outputs: list[ItemOutput | None] = [None] * len(items)
@@ -308,6 +357,12 @@ class ModelRuntime:
         feeds = self.feeds(items)
         explain = bool(explain_rows) and self.explanation is not None
         outputs = self.run(feeds, explain=explain)
+        rows, n = self.rows(len(items)), len(items)
+        if rows > n:
+            # the grid's padding rows go here, before softmax, scores or explanations see them:
+            # they are the last rows of every output (an output of B x K rows, the verification
+            # explanation's, is row-major: the last (rows - n) x K)
+            outputs = [out[: n * (out.shape[0] // rows)] for out in outputs]
         logits = outputs[0]  # (B, C)
         probs = softmax(logits, self.temperature).tolist()  # (B, C), one division per batch
         best = logits.argmax(axis=-1).tolist()  # (B,)
@@ -373,16 +428,66 @@ class ModelRuntime:
                 shapes.append((size, item))
         return shapes
 
+    def bucket_shapes(self) -> list[tuple[int, ...]]:
+        """Every bucket shape an item can have: the product of each input's buckets."""
+        dims: list[list[int]] = []
+        for name in self.input_names:
+            if name == "evidence_ids":
+                dims += [self.evidence_buckets, self.buckets[name]]
+            else:
+                dims.append(self.buckets[name])
+        return list(itertools.product(*dims))
+
+    def item_of_shape(self, shape: tuple[int, ...]) -> Item:
+        """A warm-up item whose bucket shape is `shape`."""
+        ids: list = []
+        at = 0
+        for name in self.input_names:
+            if name == "evidence_ids":
+                ids.append([[WARMUP_ID] * shape[at + 1] for _ in range(shape[at])])
+                at += 2
+            else:
+                ids.append([WARMUP_ID] * shape[at])
+                at += 1
+        item = self.make_item(ids)
+        assert item.shape == shape, (item.shape, shape)
+        return item
+
+    def grid_calls(self, max_batch_size: int, max_batch_tokens: int) -> list[tuple[int, tuple[int, ...]]]:
+        """(rows, bucket shape) of every call the batcher and the grid can produce: per bucket
+        shape, each grid size up to the one that holds the most items the batch limits allow
+        (max_batch_size, and max_batch_tokens // the shape's tokens, at least 1). Needs the grid."""
+        assert self.batch_sizes is not None, "use_batch_grid first"
+        out = []
+        for shape in self.bucket_shapes():
+            most = self.rows(max(1, min(max_batch_size, max_batch_tokens // self.shape_tokens(shape))))
+            out += [(rows, shape) for rows in self.batch_sizes if rows <= most]
+        return out
+
+    def grid_feed_shapes(self, max_batch_size: int, max_batch_tokens: int) -> set[tuple[tuple[int, ...], ...]]:
+        """The input shapes onnxruntime can see with the grid on (feed_shapes of grid_calls)."""
+        return {self.feed_shapes(rows, shape) for rows, shape in self.grid_calls(max_batch_size, max_batch_tokens)}
+
     def warmup(self, max_batch_size: int, max_batch_tokens: int, call_overhead_tokens: float | None = None) -> float:
-        """Run every warm-up shape once, then set `call_overhead_tokens` (measured when None);
-        returns seconds taken."""
+        """Run every warm-up shape once (with the batch grid on: every shape of the grid), then
+        set `call_overhead_tokens` (measured when None); returns seconds taken, and keeps what
+        it ran in `warmup_report`."""
         start = time.perf_counter()
         shapes = self.warmup_shapes(max_batch_size, max_batch_tokens)
-        for size, item in shapes:
-            self.infer([item] * size)
+        if self.batch_sizes is None:
+            for size, item in shapes:
+                self.infer([item] * size)
+            count = len({(self.rows(size), item.shape) for size, item in shapes})
+        else:
+            calls = self.grid_calls(max_batch_size, max_batch_tokens)
+            for rows, shape in calls:
+                self.infer([self.item_of_shape(shape)] * rows)
+            count = len(calls)
         self.call_overhead_tokens = (self.measure_call_overhead(shapes) if call_overhead_tokens is None
                                      else float(call_overhead_tokens))
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.warmup_report = {"seconds": round(seconds, 3), "shapes": count, "batch_grid": self.batch_sizes}
+        return seconds
 
     def measure_call_overhead(self, shapes: list[tuple[int, Item]]) -> float:
         """The cost of one graph call in padded tokens: a call of one smallest item (c0) against

@@ -177,6 +177,8 @@ class ModelInfo(BaseModel):
     description: str = ""
     labels: list[str] = Field(default_factory=list)
     provider: str | None = Field(None, description="onnxruntime execution provider actually running the model")
+    provider_options: dict[str, str] = Field(default_factory=dict, description="the CUDAExecutionProvider options "
+                                             "in force, as onnxruntime reports them (empty on CPU)")
     max_lengths: dict[str, int] = Field(default_factory=dict)
     max_evidence: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
@@ -184,6 +186,9 @@ class ModelInfo(BaseModel):
     default_reason: str | None = Field(None, description="why this model is its task's default (default model only)")
     intra_op_threads: int | None = None
     length_buckets: dict[str, list[int]] = Field(default_factory=dict)
+    batch_grid: list[int] | None = Field(None, description="batch sizes every graph call is padded to "
+                                         "(null: calls run as many rows as items)")
+    warmup: dict[str, Any] | None = Field(None, description="the warm-up: seconds, shapes run, batch_grid")
     temperature: float | None = Field(None, description="scores are softmax(logits / temperature)")
     explanation: str | None = Field(None, description="what `explain: true` returns for this model (null: tokens only)")
     card: dict[str, Any] | None = Field(None, description="model card: training data, in-domain and out-of-domain "

@@ -86,6 +86,22 @@ class Settings(BaseSettings):
     # Server processes behind the port (service.workers); each loads every model.
     workers: int = Field(1, ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # CUDAExecutionProvider options (device cuda, or auto on a GPU; ignored on CPU), issue 36.
+    # TF32 off: onnxruntime's CUDA EP multiplies in TF32 by default, and then an answer depends
+    # on the batch it ran in (solo vs batched 5.3e-4 on an H100; 4.8e-7 with it off, and no slower).
+    cuda_use_tf32: bool = False
+    # cuDNN convolution algorithm search. onnxruntime's EXHAUSTIVE re-benchmarks on every new
+    # shape: measured on an H100 with mixed shapes, ~17 ms a call (EXHAUSTIVE) vs 4.7 ms
+    # (HEURISTIC) vs 2.0 ms (DEFAULT), against 0.8-0.9 ms at a fixed shape (../shared/tools/gpu).
+    cuda_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = "DEFAULT"
+    cuda_device_id: int = Field(0, ge=0)
+    # the device memory arena: how it grows, and its cap in bytes (None: onnxruntime's, no cap)
+    cuda_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] = "kNextPowerOfTwo"
+    cuda_mem_limit: int | None = Field(None, ge=1)
+    # Pad each graph call's batch dimension to a grid size (1, 2, 4, ... up to max_batch_size),
+    # as lengths are padded to buckets, so a session only sees the shapes its warm-up ran
+    # (service.runtime). None: on for CUDA, off on CPU (bench.ab on CPU: see README Performance).
+    batch_grid: bool | None = None
 
     # Request limits
     max_inputs_per_request: int = Field(64, ge=1)
@@ -209,6 +225,21 @@ class Settings(BaseSettings):
 
     def default_model(self, task: str) -> str | None:
         return getattr(self, f"default_{task}_model")
+
+    def cuda_provider_options(self) -> dict[str, str]:
+        """The CUDAExecutionProvider options handed to onnxruntime (strings, as it reports them)."""
+        options = {"device_id": str(self.cuda_device_id), "use_tf32": "1" if self.cuda_use_tf32 else "0",
+                   "cudnn_conv_algo_search": self.cuda_conv_algo_search,
+                   "arena_extend_strategy": self.cuda_arena_extend_strategy}
+        if self.cuda_mem_limit is not None:
+            options["gpu_mem_limit"] = str(self.cuda_mem_limit)
+        return options
+
+    def batch_grid_for(self, provider: str) -> bool:
+        """Whether batches are padded to the batch-size grid on `provider`."""
+        if self.batch_grid is not None:
+            return self.batch_grid
+        return provider == "CUDAExecutionProvider"
 
     def threads_per_model(self, model_count: int) -> int:
         """intra-op threads of each session. Every model runs its batches on its own thread
