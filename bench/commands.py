@@ -50,9 +50,29 @@ def bench(
     profile: Annotated[Optional[bool], typer.Option("--profile/--no-profile",
                                                     help="py-spy the service under load (default: full mode only).")] = None,
     work: Annotated[Optional[Path], typer.Option(help="Directory for body files, server logs, the tiny model (default: a temp dir).")] = None,
+    device: Annotated[str, typer.Option(help="cpu (the suite above) or cuda: the GPU bench (bench/gpu.py) into "
+                                             "bench/results/gpu: engine ceiling at grid shapes, engine on the request "
+                                             "bodies, the service at c=64/256 with 1 and --gpu-workers workers, on CUDA "
+                                             "and the same host's CPU provider.")] = "cpu",
+    gpu_workers: Annotated[int, typer.Option(help="--device cuda: the N of the N-worker arms.")] = 8,
 ) -> None:
     """Benchmark the service (throughput, p50/p95/p99, queue vs inference) against the engine
     ceiling, an HTTP floor, a naive PyTorch server and a BentoML peer."""
+    if device not in ("cpu", "cuda"):
+        raise typer.BadParameter(f"--device {device!r}: cpu or cuda")
+    if device == "cuda":
+        from bench import gpu
+
+        try:
+            gpu.require_cuda()  # before anything is loaded or written
+        except gpu.CudaMissing as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+        name, dataset = (_model_pairs(model) or (("snli-attconv-light", "snli"),))[0]
+        target = out or Path("bench/results/gpu")
+        gpu.run(target, repository, name, dataset, gpu_workers, duration or 10, examples or 2000)
+        typer.echo(str(target / "results.json"))
+        return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -45,10 +45,15 @@ def summary_ms(durations: list[float]) -> dict:
             "mean_ms": round(1000 * statistics.fmean(durations), 3), "repeats": len(durations)}
 
 
-def load_runtime(bundle: Path, threads: int):
-    from service.runtime import CPU, ModelRuntime
+def load_runtime(bundle: Path, threads: int, device: str = "cpu"):
+    """The service's runtime of `bundle`: on the CPU, or (device "cuda") on CUDA with the
+    service's default CUDA provider options (service.settings)."""
+    from service.runtime import CPU, ModelRuntime, requested_providers
+    from service.settings import Settings
 
-    return ModelRuntime.load(bundle, [CPU], threads)
+    if device == "cpu":
+        return ModelRuntime.load(bundle, [CPU], threads)
+    return ModelRuntime.load(bundle, requested_providers(device), threads, Settings().cuda_provider_options())
 
 
 def service_items(runtime, examples: list) -> list:
@@ -238,7 +243,7 @@ def main() -> None:
         from bench.workloads import read_examples
 
         examples = read_examples(Path(spec["examples"]))
-        runtime = load_runtime(Path(spec["bundle"]), threads)
+        runtime = load_runtime(Path(spec["bundle"]), threads, spec.get("device", "cpu"))
         result["ceiling"] = engine_ceiling(runtime, examples, spec["batch_sizes"], spec["seconds"])
         if spec.get("requests"):
             r = spec["requests"]
