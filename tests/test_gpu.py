@@ -4,7 +4,9 @@ which includes CI. Run on a GPU machine with `pytest tests/test_gpu.py`.
 On the bundled models: every session really runs on CUDAExecutionProvider (reported by
 /v1/models and the attserve_model_info metric: onnxruntime #23372 is a silent CPU fallback),
 the IO-binding path gives the CPU answers (scores within 1e-4: cuDNN may pick other
-convolution algorithms), and answers do not depend on what else is in the GPU batch.
+convolution algorithms), and answers do not depend on what else is in the GPU batch (TF32 off,
+the default ATTSERVE_CUDA_USE_TF32=false). Issue 36: the CUDA options in force are the settings'
+onnxruntime sees the batch grid's shapes only, and ATTSERVE_WORKERS=2 serves from CUDA.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from bundles import metric_samples, running_app
-from service.runtime import CUDA
+from service.runtime import CUDA, batch_grid
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
 MODELS = ["snli-attconv-light", "snli-verification-attconv", "bbc-act"]
@@ -94,3 +96,71 @@ def test_gpu_answers_do_not_depend_on_the_batch():
     assert mean_batch(metrics) > 1.0, "no batch of more than one item formed"
     worst = max(float(np.abs(vector(b) - vector(s)).max()) for b, s in zip(batched, solo))
     assert worst <= 1e-5, f"GPU solo vs batched: max score diff {worst:.2e}"
+
+
+def test_cuda_options_in_force_and_the_grid():
+    settings = Settings(models=MODELS, device="cuda", max_batch_size=32, max_batch_delay_ms=20)
+
+    async def scenario():
+        async with running_app(settings) as (app, client):
+            seen: dict[str, set] = {}
+            allowed = {}
+            for name in MODELS:
+                rt = app.state.service.models[name].runtime
+                allowed[name] = rt.grid_feed_shapes(settings.max_batch_size, settings.max_batch_tokens)
+                run = rt.run
+
+                def counted(feeds, explain=False, _name=name, _run=run, _rt=rt):
+                    seen.setdefault(_name, set()).add(tuple(feeds[i].shape for i in _rt.input_names))
+                    return _run(feeds, explain)
+
+                rt.run = counted
+            responses = await asyncio.gather(*(client.post(path, json=body) for path, body in requests(1)))
+            assert all(r.status_code == 200 for r in responses)
+            return seen, allowed, (await client.get("/v1/models")).json()
+
+    seen, allowed, models = asyncio.run(scenario())
+    for m in models["models"]:
+        assert m["provider"] == CUDA
+        assert m["provider_options"]["use_tf32"] == "0"
+        assert m["provider_options"]["cudnn_conv_algo_search"] == "DEFAULT"
+        assert m["provider_options"]["device_id"] == "0"
+        assert m["batch_grid"] == batch_grid(32) and m["warmup"]["shapes"] > 0
+    for name, shapes in seen.items():
+        assert shapes <= allowed[name], f"{name}: shapes outside the grid: {sorted(shapes - allowed[name])}"
+
+
+def test_workers_on_cuda(tmp_path):
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from service.settings import DEFAULT_MODEL_REPOSITORY
+
+    sys.path.insert(0, str(DEFAULT_MODEL_REPOSITORY.parent / "scripts"))
+    from reliability import ServiceProcess
+
+    server = ServiceProcess(DEFAULT_MODEL_REPOSITORY, tmp_path / "service.log", workers=2, device="cuda",
+                            models=MODELS[0])
+    server.env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
+    try:
+        server.start(timeout_s=300)
+        body = {"premise": "a man is playing a guitar", "hypothesis": "a person plays music"}
+
+        def post(_: int) -> dict:
+            r = httpx.post(f"{server.base}/entailment", json=body, headers={"connection": "close"}, timeout=30)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(post, range(64)))
+        assert len({a["label"] for a in answers}) == 1
+        scores = np.array([list(a["scores"].values()) for a in answers])
+        assert float(np.abs(scores - scores[0]).max()) <= 1e-5  # every worker, every batch: one answer
+        for _ in range(4):  # whichever worker answers
+            m = httpx.get(f"{server.base}/v1/models", timeout=10).json()["models"][0]
+            assert m["provider"] == CUDA and m["provider_options"]["use_tf32"] == "0"
+    finally:
+        if server.proc is not None:
+            server.terminate(timeout_s=60)
