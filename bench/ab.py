@@ -14,7 +14,10 @@ An arm's tree serves its own `model_repository/`; `single`, `explain` and `batch
 bench.workloads (one input per request, `explain` adds `"explain": true`, `batch` 32 inputs); a third part
 `minus-model` serves the same app with a constant answer in place of onnxruntime
 (bench/service_floor_app.py), the service's own floor; `http-floor` the bare web stack
-(bench/floor_app.py).
+(bench/floor_app.py). `--arm-env LABEL=ATTSERVE_X=VALUE` (repeatable) sets a setting for one arm,
+so one tree can be compared with itself under two settings:
+
+    python -m bench.ab --arm off=.:single --arm grid=.:single --arm-env grid=ATTSERVE_BATCH_GRID=true
 """
 
 from __future__ import annotations
@@ -72,8 +75,17 @@ def main(
     repeats: Annotated[int, typer.Option(help="rounds over all arms")] = 5,
     examples: Annotated[int, typer.Option()] = 2000,
     out: Annotated[Path | None, typer.Option(help="write the runs and the summary here (JSON)")] = None,
+    arm_env: Annotated[list[str] | None, typer.Option(help="LABEL=NAME=VALUE: an environment variable (a setting) "
+                                                           "for one arm's server, repeatable")] = None,
 ) -> None:
     arms = [_arm(a) for a in arm]
+    extra: dict[str, dict[str, str]] = {}
+    for text in arm_env or []:
+        label, _, assignment = text.partition("=")
+        name, sep, value = assignment.partition("=")
+        if label not in {a[0] for a in arms} or not sep or not name:
+            raise typer.BadParameter(f"--arm-env {text!r}: expected LABEL=NAME=VALUE with LABEL one of the arms")
+        extra.setdefault(label, {})[name] = value
     work = Path(tempfile.mkdtemp(prefix="bench-ab-"))
     write_bodies(test_examples(dataset, 5, examples), work / "bodies")
     path = ENDPOINT_OF_TASK[task]
@@ -85,6 +97,7 @@ def main(
                                         max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
                                         intra_op_threads=1)
             spec.code_root = root
+            spec.env.update(extra.get(label, {}))
             body_file = work / "bodies" / f"{bodies}.jsonl"
             with servers.Server(spec, "0", work / "logs") as server:
                 per_request = BATCH_INPUTS if bodies == "batch" else 1
@@ -101,9 +114,10 @@ def main(
     base = summary[arms[0][0]]["median_items_per_s"]
     for label, root, bodies, app_name in arms:
         median = summary[label]["median_items_per_s"]
-        summary[label].update(tree=str(root), commit=_commit(root), bodies=bodies, app=app_name,
+        summary[label].update(tree=str(root), commit=_commit(root), bodies=bodies, app=app_name, env=extra.get(label, {}),
                               ratio_to_first=round(median / base, 4) if median and base else None)
-    report = {"command": "python -m bench.ab " + " ".join(f"--arm {a}" for a in arm),
+    report = {"command": "python -m bench.ab " + " ".join([*(f"--arm {a}" for a in arm),
+                                                           *(f"--arm-env {e}" for e in arm_env or [])]),
               "model": model, "concurrency": concurrency, "duration_s": duration, "repeats": repeats,
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "summary": summary, "runs": runs}
     for label, s in summary.items():
