@@ -507,7 +507,7 @@ class ModelRuntime:
         estimates = []
         for size, item in shapes:
             if size > 1:
-                per_token = (fastest([item] * size, 2) - c0) / (size * item.tokens)
+                per_token = (fastest([item] * size, 2) - c0) / (self.rows(size) * item.tokens)  # rows run
                 if per_token > 0:
                     estimates.append(c0 / per_token)
         return float(statistics.median(estimates)) if estimates else math.inf
