@@ -15,7 +15,7 @@ import pytest
 from bundles import CORPUS, running_app
 from service import runtime as runtime_module
 from service.runtime import CPU, CUDA, DeviceUnavailable, ModelRuntime, batch_grid, requested_providers
-from service.settings import Settings
+from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
 WORDS = sorted({w for line in CORPUS for w in line.split()})
 REAL_SESSION = ort.InferenceSession
@@ -223,3 +223,24 @@ def test_random_mixed_traffic_feeds_grid_shapes_only(service_bundles):
     seen_off, allowed_off, _ = _traffic_shapes(service_bundles, grid=False)
     assert any(shapes - allowed_off[name] for name, shapes in seen_off.items())
 
+
+
+SHIPPED = sorted(p.name for p in DEFAULT_MODEL_REPOSITORY.glob("*") if (p / "config.json").is_file()
+                 and not p.name.startswith("."))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_padding_rows_do_not_change_a_row_of_a_shipped_model(name):
+    """The same on every bundled model (architectures the test bundles do not cover: ABCNN-3,
+    ACT, the advanced AttConv, FEVER verification)."""
+    runtime = ModelRuntime.load(DEFAULT_MODEL_REPOSITORY / name, [CPU], 1)
+    rng = random.Random(3)
+    items = [_item(runtime, rng) for _ in range(3)]
+    alone = [runtime.infer([item])[0] for item in items]
+    runtime.use_batch_grid(32)
+    for k in range(3):
+        together = runtime.infer([items[k]] + [it for j, it in enumerate(items) if j != k])  # 3 rows -> 4
+        got, want = together[0], alone[k]
+        assert np.abs(got.logits - want.logits).max() <= 1e-6
+        if want.evidence_scores is not None:
+            assert np.abs(np.asarray(got.evidence_scores) - np.asarray(want.evidence_scores)).max() <= 1e-6
