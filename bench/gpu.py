@@ -42,10 +42,10 @@ def require_cuda() -> None:
                           f"GPU (../shared/tools/gpu/pack.sh builds the payload), or bench the CPU without --device")
 
 
-def plan(workers: int) -> list[dict]:
+def plan(workers: int, device: str = "cuda", concurrencies: tuple[int, ...] = CONCURRENCIES) -> list[dict]:
     """The HTTP arms: (device, workers, form, concurrency) in the order they run."""
-    return [{"device": device, "workers": n, "form": form, "concurrency": c}
-            for device in ("cuda", "cpu") for n in sorted({1, workers}) for form, _, _ in FORMS for c in CONCURRENCIES]
+    return [{"device": d, "workers": n, "form": form, "concurrency": c}
+            for d in (device, "cpu") for n in sorted({1, workers}) for form, _, _ in FORMS for c in concurrencies]
 
 
 def _service_spec(repository: Path, model: str, device: str, workers: int, max_batch_size: int):
@@ -63,9 +63,12 @@ def _service_spec(repository: Path, model: str, device: str, workers: int, max_b
 
 
 def run(out: Path, repository: Path, model: str, dataset: str, workers: int, duration: int, examples: int,
-        max_batch_size: int = 256) -> dict:
-    """Every figure of the module docstring; writes out/results.json and out/results.md."""
-    require_cuda()
+        max_batch_size: int = 256, device: str = "cuda", concurrencies: tuple[int, ...] = CONCURRENCIES) -> dict:
+    """Every figure of the module docstring; writes out/results.json and out/results.md.
+    `device` "cpu" runs the same code path with the CPU provider in the GPU's place, and smaller
+    `concurrencies`, as a smoke run on a machine without a GPU."""
+    if device == "cuda":
+        require_cuda()
     from bench import loadgen, servers
     from bench.engine import engine_ceiling, engine_requests, load_runtime
     from bench.peers import is_failed
@@ -75,7 +78,7 @@ def run(out: Path, repository: Path, model: str, dataset: str, workers: int, dur
     started = time.time()
     work = out / "work"
     bundle = repository / model
-    runtime = load_runtime(bundle, 1, device="cuda")
+    runtime = load_runtime(bundle, 1, device=device)
     task = runtime.config.task
     chosen = test_examples(dataset, runtime.config.max_evidence, examples)
     write_bodies(chosen, work / "bodies")
@@ -85,10 +88,10 @@ def run(out: Path, repository: Path, model: str, dataset: str, workers: int, dur
                      "batch_grid": runtime.batch_sizes}
     results["engine_ceiling"] = engine_ceiling(runtime, chosen, batch_grid(max_batch_size), duration)
     results["warmup"] = runtime.warmup_report
-    results["engine_requests"] = engine_requests(runtime, work / "bodies", list(CONCURRENCIES), duration,
+    results["engine_requests"] = engine_requests(runtime, work / "bodies", list(concurrencies), duration,
                                                  max_batch_size, 0.0)
     http = []
-    for arm in plan(workers):
+    for arm in plan(workers, device, concurrencies):
         _, body_file, per_request = next(f for f in FORMS if f[0] == arm["form"])
         spec = _service_spec(repository, model, arm["device"], arm["workers"], max_batch_size)
         with servers.Server(spec, None, work / "logs") as server:
