@@ -42,7 +42,7 @@ def bench(
         help="Directory of checkpoints named like the bundles (naive server, ORT vs PyTorch); full mode.")] = Path("checkpoints"),
     model: Annotated[Optional[list[str]], typer.Option(
         help="BUNDLE:DATASET to measure, repeatable; the first is the primary workload (full mode). "
-             "Default: snli-attconv-light:snli, snli-verification-attconv:snli-verification, bbc-act:bbc.")] = None,
+             "Default: snli-attconv-light:snli, fever-attconv:fever, bbc-act:bbc.")] = None,
     duration: Annotated[Optional[int], typer.Option(help="Seconds per load point (short 2, full 10).")] = None,
     examples: Annotated[Optional[int], typer.Option(help="Test examples per workload (short 256, full 2000).")] = None,
     peer: Annotated[Optional[bool], typer.Option("--peer/--no-peer", help="Run the BentoML peer (default: full mode only).")] = None,

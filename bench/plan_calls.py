@@ -8,7 +8,7 @@ batcher forms from a 32-item request or from 32 queued single ones). Each settin
 `--rounds` interleaved rounds of `--seconds`; the report gives items/s (min-max over rounds),
 graph calls per batch and padded tokens against the items' own bucket shapes.
 
-    python -m bench.plan_calls --model snli-attconv-light:snli --model snli-verification-attconv:snli-verification
+    python -m bench.plan_calls --model snli-attconv-light:snli --model fever-attconv:fever
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ THROUGHPUT_PLOT, LATENCY_PLOT, KNOBS_PLOT = "throughput.png", "p99.png", "knobs.
 SCHEMA_VERSION = 1
 # The concurrency the issue's service/naive and service/peer ratios are taken at.
 RATIO_CONCURRENCY = 32
-DEFAULT_MODELS = (("snli-attconv-light", "snli"), ("snli-verification-attconv", "snli-verification"),
+DEFAULT_MODELS = (("snli-attconv-light", "snli"), ("fever-attconv", "fever"),
                   ("bbc-act", "bbc"))
 
 

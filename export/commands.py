@@ -27,6 +27,11 @@ def export(
         False, "--variants/--no-variants", help="Also build, measure and (if accurate) ship optimized/fp16/int8 graphs."
     ),
     force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out (a shipped one included)."),
+    pretrained_vocab: Optional[int] = typer.Option(
+        None, "--pretrained-vocab", min=0,
+        help="Keep only the first N pretrained-only words (frozen GloVe rows; the rest hash into the OOV buckets): "
+        "a smaller bundle without retraining. Default: the recipe's [embeddings] export_pretrained_vocab, else all.",
+    ),
 ) -> None:
     """Export a checkpoint to an ONNX bundle (model.onnx, tokenizer.json, config.json) after
     checking that onnxruntime reproduces PyTorch within 1e-4."""
@@ -44,7 +49,18 @@ def export(
     from export.parity import ParityError
     from service.bundle import BundleError, load_bundle
 
-    with console.status("exporting", spinner="dots") as status:
+    import json
+    import tempfile
+
+    from training.checkpoint import CONFIG_FILE, cut_pretrained_words
+
+    if pretrained_vocab is None:
+        recipe = json.loads((checkpoint / CONFIG_FILE).read_text(encoding="utf-8")).get("recipe") or {}
+        pretrained_vocab = (recipe.get("embeddings") or {}).get("export_pretrained_vocab")
+    scratch = tempfile.TemporaryDirectory()
+    if pretrained_vocab is not None:
+        checkpoint = cut_pretrained_words(checkpoint, pretrained_vocab, Path(scratch.name) / checkpoint.name)
+    with scratch, console.status("exporting", spinner="dots") as status:
         try:
             path = write_bundle(checkpoint, out, version=version, variants=variants, step=status.update)
         except (ParityError, BundleError) as exc:

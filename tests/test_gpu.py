@@ -21,7 +21,7 @@ from bundles import metric_samples, running_app
 from service.runtime import CUDA, batch_grid
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
-MODELS = ["snli-attconv-light", "snli-verification-attconv", "bbc-act"]
+MODELS = ["snli-attconv-light", "fever-attconv", "bbc-act"]
 
 pytestmark = pytest.mark.skipif(
     CUDA not in ort.get_available_providers() or not all((DEFAULT_MODEL_REPOSITORY / m).is_dir() for m in MODELS),

@@ -91,11 +91,11 @@ def test_triton_client_answers_equal_the_task_api_for_every_task(server, binary)
         width = max(len(ev) for _, ev in claims)
         padded = [ev + [""] * (width - len(ev)) for _, ev in claims]
         expected = _task_answers(base, "/verify", [{"claim": c, "evidence": ev} for c, ev in claims],
-                                 "snli-verification-attconv")
-        result = client.infer("snli-verification-attconv",
+                                 "fever-attconv")
+        result = client.infer("fever-attconv",
                               [_bytes_input("claim", [c for c, _ in claims], binary), _bytes_input("evidence", padded, binary)])
-        labels = client.get_model_metadata("snli-verification-attconv")["parameters"]["labels"]
-        _check(result, "snli-verification-attconv", expected, labels)
+        labels = client.get_model_metadata("fever-attconv")["parameters"]["labels"]
+        _check(result, "fever-attconv", expected, labels)
         evidence_scores = result.as_numpy("evidence_scores")
         assert evidence_scores.shape == (n, width)
         for row, e in zip(evidence_scores, expected):
@@ -159,7 +159,7 @@ def test_errors_are_the_protocols_error_form(server):
     # a claim row of padding only, and padding before a sentence
     claim = {"name": "claim", "shape": [1], "datatype": "BYTES", "data": ["A dog runs."]}
     evidence = {"name": "evidence", "shape": [1, 2], "datatype": "BYTES", "data": ["", "A dog runs fast."]}
-    assert "pad" in error(httpx.post(f"{base}/v2/models/snli-verification-attconv/infer",
+    assert "pad" in error(httpx.post(f"{base}/v2/models/fever-attconv/infer",
                                      json={"inputs": [claim, evidence]}), 400)
     with pytest.raises(InferenceServerException, match="hypothesis"):
         client.infer("snli-attconv-advanced", [_bytes_input("premise", ["A man sleeps."], True)])

@@ -21,7 +21,7 @@ DEFAULT_MODELS = {
     "snli-attconv-advanced",
     "snli-attconv-light",
     "snli-abcnn3",
-    "snli-verification-attconv",
+    "fever-attconv",
     "bbc-act",
     "tweets-act",
 }

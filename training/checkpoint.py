@@ -104,4 +104,38 @@ def make_meta(name: str, network: TextClassifier, labels: list[str], **kwargs: A
     return CheckpointMeta(name=name, architecture=arch, network=config_to_dict(arch, network.config), labels=labels, **kwargs)
 
 
-__all__ = ["CheckpointMeta", "save_checkpoint", "load_checkpoint", "load_examples", "make_meta"]
+def cut_pretrained_words(directory: str | Path, max_pretrained: int, out: str | Path) -> Path:
+    """A copy of a checkpoint that keeps only the first `max_pretrained` of its pretrained-only
+    words (training.tokenizer.cut_pretrained: a prefix of the vocabulary, every kept word keeps
+    its id and its rows; the cut words hash into the [OOV] buckets like any unknown word). Those
+    words' rows are frozen pretrained vectors that training never moved, so this trades unknown
+    tokens for bytes without retraining; `attserve card` measures what it costs."""
+    import tempfile
+
+    from tokenizers import Tokenizer
+
+    from training.tokenizer import cut_pretrained, pretrained_count, save_tokenizer
+
+    directory, out = Path(directory), Path(out)
+    tokenizer = Tokenizer.from_file(str(directory / TOKENIZER_FILE))
+    if not 0 <= max_pretrained < pretrained_count(tokenizer):
+        raise ValueError(f"{directory}: has {pretrained_count(tokenizer)} pretrained-only words; cannot keep {max_pretrained}")
+    cut = cut_pretrained(tokenizer, max_pretrained)
+    meta = CheckpointMeta(**json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
+    old_size, new_size = meta.network["config"]["vocab_size"], cut.get_vocab_size()
+    state = load_file(str(directory / WEIGHTS_FILE))
+    tables = [k for k, v in state.items() if v.dim() == 2 and v.shape[0] == old_size and k.endswith("embeddings.weight")]
+    if not tables:
+        raise ValueError(f"{directory}: no embedding table of {old_size} rows")
+    for key in tables:
+        state[key] = state[key][:new_size].clone()
+    meta.network = json.loads(json.dumps(meta.network))
+    meta.network["config"]["vocab_size"] = new_size
+    network = network_from_dict(meta.network)
+    network.load_state_dict(state, strict=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = save_tokenizer(cut, Path(tmp) / TOKENIZER_FILE)
+        return save_checkpoint(out, network.eval(), meta, path, load_examples(directory))
+
+
+__all__ = ["CheckpointMeta", "save_checkpoint", "load_checkpoint", "load_examples", "make_meta", "cut_pretrained_words"]

@@ -145,6 +145,9 @@ class EmbeddingsSection(_Strict):
     # How export stores the embedding tables: "float16" halves a large pretrained vocabulary's
     # bytes (the parity check runs against the network with the same fp16-rounded weights).
     export_dtype: Literal["float32", "float16"] = "float32"
+    # Export keeps only the first N pretrained-only words (`attserve export --pretrained-vocab`):
+    # their rows are frozen vectors, so the bundle shrinks without retraining; None keeps them all.
+    export_pretrained_vocab: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _frozen_needs_glove(self) -> "EmbeddingsSection":
