@@ -132,6 +132,43 @@ def test_frozen_pretrained_rows_stay_and_the_rest_trains(tmp_path, monkeypatch):
     assert meta.recipe["tokenizer"]["oov_buckets"] == 16
 
 
+def test_cut_pretrained_words_keeps_every_kept_word_and_sends_the_rest_to_buckets(tmp_path, monkeypatch):
+    """training.checkpoint.cut_pretrained_words (attserve export --pretrained-vocab): the vocabulary
+    and the static table lose their last pretrained-only words; a text of kept words gets the same
+    logits as before, a cut word now gets its hash bucket's id."""
+    import training.embeddings
+    from tests.test_trainer import make_recipe, make_splits
+    from training.checkpoint import cut_pretrained_words, load_checkpoint
+    from training.trainer import train
+
+    splits = make_splits("classification")
+    words = ["the", "dog", "good", "bad", "zebra", "quokka"]
+    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, vectors_name=None, **_: (words, vectors))
+    base = make_recipe("classification", epochs=1)
+    recipe = base.model_copy(update={
+        "tokenizer": base.tokenizer.model_copy(update={"min_frequency": 1000, "pretrained_vocab": 6, "oov_buckets": 16}),
+        "embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": True, "freeze_pretrained": True}),
+    })
+    train(recipe, tmp_path / "full", progress=False, threads=1, splits=splits)
+    cut_pretrained_words(tmp_path / "full", 4, tmp_path / "cut")
+    with pytest.raises(ValueError, match="cannot keep"):
+        cut_pretrained_words(tmp_path / "full", 6, tmp_path / "none")
+
+    (full, _), (cut, meta) = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "cut")
+    full_encoder, cut_encoder = (TextEncoder.from_file(tmp_path / d / "tokenizer.json") for d in ("full", "cut"))
+    assert cut_encoder.tokenizer.get_vocab_size() == full_encoder.tokenizer.get_vocab_size() - 2 == meta.network["config"]["vocab_size"]
+    assert cut.embedding_layers()[0].weight.shape[0] == full.embedding_layers()[0].weight.shape[0] - 2
+    kept = full_encoder.encode(["the dog good bad"], 16).ids
+    assert cut_encoder.encode(["the dog good bad"], 16).ids == kept
+    ids = torch.tensor(kept, dtype=torch.int64)
+    with torch.no_grad():
+        assert torch.equal(full.logits_from_ids(ids), cut.logits_from_ids(ids))
+    zebra = cut_encoder.encode(["zebra"], 4).ids[0][0]
+    assert cut_encoder.oov_base <= zebra < cut_encoder.oov_base + 16  # cut: its bucket now
+    assert full_encoder.encode(["zebra"], 4).ids[0][0] == full_encoder.tokenizer.token_to_id("zebra")
+
+
 def test_freezing_needs_vectors_and_no_weight_decay():
     from tests.test_trainer import make_recipe
     from training.recipes import Recipe

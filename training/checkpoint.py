@@ -124,9 +124,9 @@ def cut_pretrained_words(directory: str | Path, max_pretrained: int, out: str | 
     meta = CheckpointMeta(**json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
     old_size, new_size = meta.network["config"]["vocab_size"], cut.get_vocab_size()
     state = load_file(str(directory / WEIGHTS_FILE))
-    tables = [k for k, v in state.items() if v.dim() == 2 and v.shape[0] == old_size and k.endswith("embeddings.weight")]
-    if not tables:
-        raise ValueError(f"{directory}: no embedding table of {old_size} rows")
+    full = network_from_dict(meta.network)
+    layers = full.embedding_layers()  # the word tables of vocab_size rows (not the tuned channel)
+    tables = [f"{name}.weight" for name, module in full.named_modules() if any(module is layer for layer in layers)]
     for key in tables:
         state[key] = state[key][:new_size].clone()
     meta.network = json.loads(json.dumps(meta.network))
