@@ -3,8 +3,12 @@ batcher and its tokenizing) with onnxruntime replaced by a constant answer per i
 
 Beside the bare HTTP floor (bench/floor_app.py: uvicorn + FastAPI parsing JSON and answering a
 constant), this floor says what everything of ours except the network costs; the service's
-distance from it is the network's share. Warm-up still runs the real graph once per shape
-(start-up only); every request after that gets row 0 of the labels with uniform scores.
+distance from it is the network's share. Only `ModelRuntime.infer` (one graph call) is
+replaced: warm-up, `infer_batch`, the call planning and everything else run as in the service,
+calling the constant `infer` (so warm-up costs nothing and no graph runs at all), and every
+request gets row 0 of the labels with uniform scores. Warm-up is deliberately not patched: a
+stand-in for it broke the app once when `warmup` gained an argument (issue 37);
+tests/test_service_floor_app.py starts this app as a process and checks its answers.
 
     ATTSERVE_...=... uvicorn bench.service_floor_app:create_app --factory
 """
@@ -29,6 +33,7 @@ def _constant_infer(self: ModelRuntime, items: Sequence[Item], explain_rows: Seq
 
 
 def create_app():
-    ModelRuntime.warmup = lambda self, max_batch_size, max_batch_tokens: 0.0  # no graph run at all
+    # Patches the class for the whole process: run it as a server process (bench.servers), never
+    # inside a test process that also runs the real service.
     ModelRuntime.infer = _constant_infer
     return create_service_app()
