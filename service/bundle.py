@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -125,6 +126,16 @@ class Calibration(BaseModel):
         return value
 
 
+# An absolute local path (/tmp/x/train.csv, C:\\data\\train.csv) inside a description: bundles
+# exported before descriptions carried file names only show just the file name (issue 35).
+_LOCAL_PATH = re.compile(r"(?<![\w.:/\\])(?:/|[A-Za-z]:\\)(?:[^\s,;:()'\"/\\]+[/\\])+([^\s,;:()'\"/\\]+)")
+
+
+def strip_local_paths(text: str) -> str:
+    """`text` with every absolute file path cut to its file name."""
+    return _LOCAL_PATH.sub(r"\1", text)
+
+
 class ModelCard(BaseModel):
     """What the model was trained on and how it holds up (written by `attserve card`).
     Only `calibration.temperature` changes serving; the rest is reported by /v1/models."""
@@ -137,6 +148,11 @@ class ModelCard(BaseModel):
     unknown_token_share: dict[str, float] = Field(default_factory=dict)
     calibration: Calibration = Field(default_factory=Calibration)
     known_failure_modes: list[str] = Field(default_factory=list)
+
+    @field_validator("training_data")
+    @classmethod
+    def _no_local_paths(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return {k: strip_local_paths(v) if isinstance(v, str) else v for k, v in value.items()}
 
 
 class BundleConfig(BaseModel):
@@ -172,6 +188,11 @@ class BundleConfig(BaseModel):
     explanation: ExplanationOutput | None = None
     # Optional model card; not covered by a checksum (it is metadata, rewritten by `attserve card`).
     card: ModelCard | None = None
+
+    @field_validator("description")
+    @classmethod
+    def _description_without_local_paths(cls, value: str) -> str:
+        return strip_local_paths(value)
 
     @property
     def temperature(self) -> float:

@@ -256,7 +256,10 @@ def test_load_from_files_labels_and_checksums(tmp_path: Path) -> None:
     test = write("test.csv", [("v", "spam")])
     splits = load_from_files(train, dev, test, "text-csv", name="mail")
     assert splits.task == "classification" and splits.labels == ["spam", "ham"]  # first seen in train
-    assert splits.checksums[str(train)] == hashlib.sha256(train.read_bytes()).hexdigest()
+    assert splits.checksums["train.csv"] == hashlib.sha256(train.read_bytes()).hexdigest()
+    # file names only (issue 35): the description and checksums travel into the bundle, /v1/models
+    assert splits.description == "text-csv files: train.csv, dev.csv, test.csv"
+    assert str(tmp_path) not in repr((splits.description, splits.checksums))
     assert load_from_files(train, dev, test, "text-csv", labels=["ham", "spam"]).labels == ["ham", "spam"]
     odd = write("odd.csv", [("u", "phishing")])
     with pytest.raises(ValueError, match="phishing"):

@@ -80,6 +80,8 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, mon
     assert listed["tasks"]["classification"]["default"] == "bbc-act"
     assert "config.json" in listed["tasks"]["classification"]["default_reason"]
     assert sorted(m["name"] for m in listed["models"]) == ["bbc-act", "support-tickets"]
+    # no local directory of the training machine in what a client sees (issue 35)
+    assert str(ROOT) not in str(listed) and str(tmp_path) not in str(listed)
 
 
 def test_compose_override_mounts_own_bundles_beside_the_bundled_ones(tmp_path):

@@ -916,7 +916,9 @@ def load_from_files(
         parts[role] = read_file(path, format, **options)
         if not parts[role]:
             raise ValueError(f"{path}: no {role} examples in format {format!r}")
-        checksums[str(path)] = sha256_file(Path(path))
+        # file names only: the description and checksums travel into the bundle's config.json,
+        # which /v1/models and /ui show (no local directory of the machine that trained it)
+        checksums[Path(path).name] = sha256_file(Path(path))
     types = {type(e) for part in parts.values() for e in part}
     if len(types) != 1:
         raise ValueError(f"mixed example types: {sorted(t.__name__ for t in types)}")
@@ -927,7 +929,7 @@ def load_from_files(
             raise ValueError(f"{role} has labels {unknown} outside the label order {order}")
     return DatasetSplits(
         name=name, task=TASK_OF[types.pop()], labels=order, checksums=checksums,
-        description=f"{format} files: {train}, {dev}, {test}", **parts,
+        description=f"{format} files: {Path(train).name}, {Path(dev).name}, {Path(test).name}", **parts,
     )
 
 
