@@ -67,6 +67,26 @@ def test_export_with_force_goes_past_the_refusal(tmp_path):
     assert "--force" not in result.output
 
 
+def test_train_refuses_an_existing_checkpoint_without_force_and_replaces_it_with(tmp_path):
+    """Issue 35: train follows export's rule (exit 2 and one line naming --force)."""
+    from cli.main import app
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"kept": true}')
+    recipe = str(ROOT / "examples" / "own-data" / "recipe.toml")
+    result = CliRunner().invoke(app, ["train", recipe, "--out", str(checkpoint), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(checkpoint) in lines[0] and "--force" in lines[0]
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["config.json"]  # untouched
+    result = CliRunner().invoke(app, ["train", recipe, "--out", str(checkpoint), "--force", "--no-progress",
+                                      "--epochs", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output[-3000:]
+    assert (checkpoint / "model.safetensors").is_file()
+    assert '"kept"' not in (checkpoint / "config.json").read_text()
+
+
 def _cli_without_torch(*args: str) -> subprocess.CompletedProcess:
     """`attserve ARGS` in a process where `import torch` fails, as in the serving venv."""
     code = ("import sys; sys.modules['torch'] = None; sys.argv = ['attserve', *sys.argv[1:]]; "

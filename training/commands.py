@@ -57,6 +57,7 @@ def train(
     glove_file: Annotated[Optional[Path], typer.Option(help="GloVe text file to use instead of the pinned package (recipes with glove = true).")] = None,
     init_from: Annotated[Optional[Path], typer.Option("--init-from", exists=True, file_okay=False, help="Start from this checkpoint's weights (same recipe network and vocabulary), e.g. to fine-tune on changed data.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the recipe's learning rate.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the checkpoint already at --out.")] = False,
     data_dir: DataDir = None,
 ) -> None:
     """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics)."""
@@ -70,6 +71,10 @@ def train(
         embeddings = EmbeddingsSection.model_validate({**loaded.embeddings.model_dump(), "glove_file": str(glove_file)})
         loaded = loaded.model_copy(update={"embeddings": embeddings})
     out = out or Path("checkpoints") / loaded.name
+    # as `attserve export`: an existing, non-empty output directory is replaced only with --force
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        typer.echo(f"{out} already exists; pass --force to replace it (or choose another --out)", err=True)
+        raise typer.Exit(2)
     if init_from is None and loaded.train.init_from:
         # the recipe starts from another recipe's checkpoint, found where `train` writes it by default
         init_from = Path("checkpoints") / loaded.train.init_from
