@@ -55,6 +55,11 @@ def serve(
         typer.echo(f"invalid settings: {problems}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)
+    busy = port_in_use(settings.host, settings.port)
+    if busy:  # before any bundle loads: exit code 3 means a bundle that failed to load
+        log.error("cannot start", extra={"error": busy})
+        typer.echo(f"error: {busy}", err=True)
+        raise typer.Exit(PORT_IN_USE_EXIT)
     try:
         if settings.workers > 1:
             from service.runtime import requested_providers
@@ -77,6 +82,29 @@ def serve(
 
         sys.exit(run_workers(settings, backlog(settings), shared))
     sys.exit(run_server(server))
+
+
+# Exit codes (README "Configuration"): 2 bad settings, a bad config.json or bundle name, or a
+# device that is missing; 3 a bundle that fails to load (or the server could not start);
+# 4 the port is already in use.
+PORT_IN_USE_EXIT = 4
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why the service cannot listen on host:port when another program holds it, else None
+    (any other bind error is left to uvicorn)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is no obstacle
+            sock.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"port {port} on {host} is already in use; stop what holds it or choose another (--port or ATTSERVE_PORT)"
+    return None
 
 
 def check_repositories(settings) -> None:
