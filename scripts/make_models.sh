@@ -38,7 +38,7 @@ for recipe in "${recipes[@]}"; do
     train_flags=()
     if [[ -n "$init" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi
     echo "== ${name}: training ${recipe}" >&2
-    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}" "${train_flags[@]}"
+    "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}" --force "${train_flags[@]}"
     echo "== ${name}: exporting to ${REPOSITORY}/${name}" >&2
     "${ATTSERVE[@]}" export "${CHECKPOINTS}/${name}" --out "${REPOSITORY}/${name}" "${export_flags[@]}"
     # Model card: in-domain and out-of-domain dev metrics, unknown-token share, the temperature
