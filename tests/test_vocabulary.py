@@ -99,22 +99,34 @@ def test_penn_treebank_bracket_escapes_become_brackets():
 # Training: frozen pretrained rows, trained buckets
 
 
-def test_frozen_pretrained_rows_stay_and_the_rest_trains(tmp_path, monkeypatch):
+WORDS = ["the", "dog", "good", "bad", "zebra", "quokka"]  # the last two never occur in the data
+
+
+def _train_on_fake_glove(out, monkeypatch, pretrained_vocab: int, epochs: int):
+    """A classifier trained on test_trainer's tiny data with WORDS as the pretrained vectors
+    (frozen rows, 16 buckets, no training word): (splits, vectors)."""
     import training.embeddings
     from tests.test_trainer import make_recipe, make_splits
-    from training.checkpoint import load_checkpoint
     from training.trainer import train
 
     splits = make_splits("classification")
-    words = ["the", "dog", "good", "bad", "zebra", "quokka"]  # the last two never occur in the data
-    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
-    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, vectors_name=None, **_: (words, vectors))
-    base = make_recipe("classification", epochs=3)
+    vectors = np.random.default_rng(0).normal(size=(len(WORDS), 8)).astype(np.float32)
+    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, vectors_name=None, **_: (WORDS, vectors))
+    base = make_recipe("classification", epochs=epochs)
     recipe = base.model_copy(update={
-        "tokenizer": base.tokenizer.model_copy(update={"min_frequency": 1000, "pretrained_vocab": 4, "oov_buckets": 16}),
+        "tokenizer": base.tokenizer.model_copy(update={"min_frequency": 1000, "pretrained_vocab": pretrained_vocab, "oov_buckets": 16}),
         "embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": True, "freeze_pretrained": True}),
     })
-    train(recipe, tmp_path, progress=False, threads=1, splits=splits)
+    train(recipe, out, progress=False, threads=1, splits=splits)
+    return splits, vectors
+
+
+def test_frozen_pretrained_rows_stay_and_the_rest_trains(tmp_path, monkeypatch):
+    import training.embeddings
+    from training.checkpoint import load_checkpoint
+
+    words = WORDS
+    splits, vectors = _train_on_fake_glove(tmp_path, monkeypatch, pretrained_vocab=4, epochs=3)
 
     network, meta = load_checkpoint(tmp_path)
     encoder = TextEncoder.from_file(tmp_path / "tokenizer.json")
@@ -136,21 +148,9 @@ def test_cut_pretrained_words_keeps_every_kept_word_and_sends_the_rest_to_bucket
     """training.checkpoint.cut_pretrained_words (attserve export --pretrained-vocab): the vocabulary
     and the static table lose their last pretrained-only words; a text of kept words gets the same
     logits as before, a cut word now gets its hash bucket's id."""
-    import training.embeddings
-    from tests.test_trainer import make_recipe, make_splits
     from training.checkpoint import cut_pretrained_words, load_checkpoint
-    from training.trainer import train
 
-    splits = make_splits("classification")
-    words = ["the", "dog", "good", "bad", "zebra", "quokka"]
-    vectors = np.random.default_rng(0).normal(size=(len(words), 8)).astype(np.float32)
-    monkeypatch.setattr(training.embeddings, "load_glove", lambda cache_dir=None, vectors_name=None, **_: (words, vectors))
-    base = make_recipe("classification", epochs=1)
-    recipe = base.model_copy(update={
-        "tokenizer": base.tokenizer.model_copy(update={"min_frequency": 1000, "pretrained_vocab": 6, "oov_buckets": 16}),
-        "embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": True, "freeze_pretrained": True}),
-    })
-    train(recipe, tmp_path / "full", progress=False, threads=1, splits=splits)
+    _train_on_fake_glove(tmp_path / "full", monkeypatch, pretrained_vocab=6, epochs=1)
     cut_pretrained_words(tmp_path / "full", 4, tmp_path / "cut")
     with pytest.raises(ValueError, match="cannot keep"):
         cut_pretrained_words(tmp_path / "full", 6, tmp_path / "none")

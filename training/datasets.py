@@ -676,7 +676,7 @@ def _fever_parts(root: Path) -> tuple[dict[str, list], dict[str, list[ClaimExamp
 
 FEVER_DESCRIPTION = (
     "FEVER 1.0 train claims with their gold evidence text (Thorne et al. 2018), split {dev:.0%} dev / "
-    "{test:.0%} test by fact (claims sharing an evidence sentence stay together, seed {seed})"
+    "{test:.0%} test by fact (claims with the same first evidence sentence stay together, seed {seed})"
 )
 
 
