@@ -4,10 +4,13 @@
 # write its model card (`attserve card`: needs ../shared/data/ood-dev or $ATTSERVE_OOD_DIR for the
 # out-of-domain figures).
 # <name> is the recipe's own `name` field. Training is hours of CPU in all: each recipe states
-# its measured wall time.
+# its measured wall time. A recipe that starts from another's checkpoint ([train] init_from) is
+# trained after it; a recipe with `ship = false` is trained (others start from it) but not exported;
+# a recipe with `default = true` gets `"default": true` in its bundle's config.json (its task's
+# default model, service/settings.py).
 #
-#   scripts/make_models.sh                      # every recipes/*.toml
-#   scripts/make_models.sh recipes/bbc-act.toml # just these
+#   scripts/make_models.sh                      # every recipes/*.toml, each after its init_from
+#   scripts/make_models.sh recipes/bbc-act.toml # just these, in the order given
 #
 # Environment: ATTSERVE (the CLI, default "python -m cli.main"), CHECKPOINTS (default
 # checkpoints), REPOSITORY (default model_repository), DEVICE (default auto: CUDA when torch
@@ -22,7 +25,35 @@ REPOSITORY="${REPOSITORY:-model_repository}"
 export_flags=(--force)  # rebuilding the shipped bundles is the point: replace them
 if [[ "${VARIANTS:-0}" == 1 ]]; then export_flags+=(--variants); fi
 
-if (($#)); then recipes=("$@"); else recipes=(recipes/*.toml); fi
+if (($#)); then
+    recipes=("$@")
+else
+    # name order, except that a recipe comes after the one whose checkpoint it starts from
+    mapfile -t recipes < <(python - recipes/*.toml <<'PY'
+import sys, tomllib
+paths = sys.argv[1:]
+parent = {}
+by_name = {}
+for path in paths:
+    recipe = tomllib.load(open(path, "rb"))
+    by_name[recipe["name"]] = path
+    parent[recipe["name"]] = recipe.get("train", {}).get("init_from")
+order, done = [], set()
+def visit(name, seen=()):
+    if name in seen:
+        sys.exit(f"init_from cycle through {name}")
+    if name in done:
+        return
+    if parent[name] in by_name:
+        visit(parent[name], (*seen, name))
+    done.add(name)
+    order.append(by_name[name])
+for name in parent:
+    visit(name)
+print("\n".join(order))
+PY
+)
+fi
 if [[ ! -f "${recipes[0]}" ]]; then
     echo "no recipes found (looked for ${recipes[*]})" >&2
     exit 1
@@ -31,16 +62,33 @@ fi
 "${ATTSERVE[@]}" data
 
 for recipe in "${recipes[@]}"; do
-    # the recipe's name, and the recipe whose checkpoint it starts from ([train] init_from; trained
-    # earlier in this loop, recipes/*.toml being in name order), if any
-    fields="$(python -c 'import sys, tomllib; r = tomllib.load(open(sys.argv[1], "rb")); print(r["name"], r.get("train", {}).get("init_from", ""))' "$recipe")"
-    read -r name init <<< "$fields"
+    # the recipe's name, whether it ships, and the recipe whose checkpoint it starts from ([train]
+    # init_from; trained earlier in this loop), if any
+    fields="$(python -c 'import sys, tomllib; r = tomllib.load(open(sys.argv[1], "rb")); print(r["name"], int(r.get("ship", True)), int(r.get("default", False)), r.get("train", {}).get("init_from", ""))' "$recipe")"
+    read -r name ship default init <<< "$fields"
     train_flags=()
     if [[ -n "$init" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi
     echo "== ${name}: training ${recipe}" >&2
     "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}" --force "${train_flags[@]}"
+    if [[ "$ship" == 0 ]]; then
+        echo "== ${name}: not shipped (ship = false): the checkpoint is kept for the recipes that start from it" >&2
+        continue
+    fi
     echo "== ${name}: exporting to ${REPOSITORY}/${name}" >&2
     "${ATTSERVE[@]}" export "${CHECKPOINTS}/${name}" --out "${REPOSITORY}/${name}" "${export_flags[@]}"
+    if [[ "$default" == 1 ]]; then
+        # "default": true right after "name", written as export writes config.json (pydantic's JSON)
+        python - "${REPOSITORY}/${name}/config.json" <<'PY'
+import json, sys
+from pathlib import Path
+import pydantic_core
+path = Path(sys.argv[1])
+raw = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k != "default"}
+keys = list(raw)
+raw = {**{k: raw[k] for k in keys[: keys.index("name") + 1]}, "default": True, **{k: raw[k] for k in keys[keys.index("name") + 1 :]}}
+path.write_text(pydantic_core.to_json(raw, indent=2).decode("utf-8") + "\n", encoding="utf-8")
+PY
+    fi
     # Model card: in-domain and out-of-domain dev metrics, unknown-token share, the temperature
     # fitted on dev (which the service applies), and the known failure modes written by hand.
     card_flags=()

@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("dataset", help="the named dataset whose dev and test are scored, e.g. scitail or nli-mix")
     parser.add_argument("sizes", help="comma-separated pretrained-only word counts to keep")
+    parser.add_argument("--parts", default="dev,test", help="which splits to score (comma-separated)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     for size in (int(s) for s in args.sizes.split(",")):
         encoder = TextEncoder(cut_pretrained(tokenizer, size) if size < available else tokenizer)
         row: dict = {"pretrained_words": min(size, available)}
-        for part in ("dev", "test"):
+        for part in args.parts.split(","):
             encoded = EncodedExamples.encode(encoder, getattr(splits, part), meta.labels, meta.max_lengths, meta.max_evidence)
             predicted = predict_logits(network, encoded).argmax(-1)
             row[part] = float(np.mean(predicted == encoded.labels))

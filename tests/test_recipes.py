@@ -96,6 +96,7 @@ def _minimal(**changes) -> dict:
         {"embeddings": {"vectors": "glove-6b-100d"}},  # vectors without glove = true
         {"limits": {"max_lengths": {"premise_ids": 0, "hypothesis_ids": 8}}},
         {"name": "Has Spaces"},
+        {"ship": False, "default": True},  # only a shipped bundle can be a default
     ],
 )
 def test_schema_is_strict(bad):

@@ -3,6 +3,8 @@
     name = "snli-attconv-advanced"          # default bundle name
     description = "..."
     wall_time = "about 45 min on 2 CPU cores"
+    ship = true                             # false: trained only as another recipe's init_from
+    default = false                         # true: the bundle is its task's default model
 
     [data]                                  # a named dataset ...
     dataset = "snli"
@@ -222,6 +224,12 @@ class Recipe(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")  # same rule as a bundle name
     description: str = ""
     wall_time: str = ""  # measured (or estimated, and then said so) training time
+    # `make models` (scripts/make_models.sh) exports the checkpoint into the model repository; false
+    # for a recipe that is trained only because another starts from it ([train] init_from)
+    ship: bool = True
+    # `make models` marks the bundle `"default": true`: the model a request of its task that names
+    # none runs on (service.settings; ATTSERVE_DEFAULT_<TASK>_MODEL overrides it)
+    default: bool = False
     data: DataSection
     model: ModelSection
     tokenizer: TokenizerSection = Field(default_factory=TokenizerSection)
@@ -240,6 +248,12 @@ class Recipe(_Strict):
         return make_config(
             self.model.architecture, task=task, vocab_size=vocab_size, num_labels=num_labels, **self.model.overrides
         )
+
+    @model_validator(mode="after")
+    def _default_is_shipped(self) -> "Recipe":
+        if self.default and not self.ship:
+            raise ValueError(f"{self.name}: default = true needs ship = true (only a shipped bundle can be the default)")
+        return self
 
     @model_validator(mode="after")
     def _pretrained_vocab_needs_vectors(self) -> "Recipe":
