@@ -40,8 +40,10 @@ mutations: $(VENV)/.dev
 models: $(VENV)/.dev
 	PATH=$(BIN):$$PATH bash scripts/make_models.sh
 
-# The ABCNN paper's benchmark rows beside the paper's figures (README "Paper reproduction"); reads
-# SICK/MSRP/WikiQA from $ATTSERVE_BENCHMARK_DIR (default ../shared/data). ~31 min on 1 CPU thread.
+# The ABCNN paper's benchmark rows and the AttConv paper's SciTail rows beside the papers' figures
+# (README "Paper reproduction"); reads SICK/MSRP/WikiQA/SciTail from $ATTSERVE_BENCHMARK_DIR (default
+# ../shared/data). ~31 min on 1 CPU thread for the ABCNN rows, 47 min more for SciTail's four
+# (measured on a 2-core machine shared with other training).
 reproduce: $(VENV)/.dev
 	$(BIN)/attserve reproduce --model all --out runs/reproduce --markdown runs/reproduce/table.md
 
