@@ -265,6 +265,13 @@ async def post(client: httpx.AsyncClient, path: str, body: dict | str) -> Outcom
         r = await client.post(path, content=content, headers={"content-type": "application/json"})
     except httpx.HTTPError as exc:
         return Outcome(0, None, sent, time.monotonic() - sent, None, f"{type(exc).__name__}: {exc}")
+    except AttributeError as exc:
+        # anyio reads the peer address of a socket the server already closed (a connection taken
+        # from the backlog as the listener shut) and fails on the missing socket instead of raising
+        # a connect error; the request never reached the server (same race as httpcore #239)
+        if "getpeername" not in str(exc):
+            raise
+        return Outcome(0, None, sent, time.monotonic() - sent, None, f"ConnectError: socket closed during connect ({exc})")
     try:
         parsed = r.json()
     except ValueError:
