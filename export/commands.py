@@ -19,7 +19,7 @@ def export(
     checkpoint: Path = typer.Argument(
         ..., exists=True, file_okay=False, dir_okay=True, help="Checkpoint directory written by `attserve train`."
     ),
-    out: Path = typer.Option(..., "--out", help="Bundle directory to write, e.g. model_repository/snli-attconv-advanced."),
+    out: Path = typer.Option(..., "--out", help="Bundle directory to write, e.g. model_repository/nli-attconv-advanced."),
     version: Optional[str] = typer.Option(
         None, "--version", help="Bundle version (default: first 12 hex digits of model.onnx's sha256)."
     ),

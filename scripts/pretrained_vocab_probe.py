@@ -7,7 +7,7 @@ recipe's `pretrained_vocab` under the repository's size budget (each 10,000 word
 rows add 1 MB to model.onnx and ~0.25 MB to tokenizer.json).
 
     python scripts/pretrained_vocab_probe.py checkpoints/scitail-attconv scitail 0,10000,20000,40000,100000 \\
-        [--json runs/vocab-probe.json]
+        [--parts dev,test] [--ood] [--json runs/vocab-probe.json]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("dataset", help="the named dataset whose dev and test are scored, e.g. scitail or nli-mix")
     parser.add_argument("sizes", help="comma-separated pretrained-only word counts to keep")
     parser.add_argument("--parts", default="dev,test", help="which splits to score (comma-separated)")
+    parser.add_argument("--ood", action="store_true", help="also score the task's out-of-domain dev sets (training.ood)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -56,6 +57,13 @@ def main(argv: list[str] | None = None) -> None:
             row[part] = float(np.mean(predicted == encoded.labels))
             if splits.sources.get(part):
                 row[f"{part}_by_source"] = accuracy_by_source(encoded.labels, predicted, splits.sources[part])
+        if args.ood:
+            from training.ood import ood_sets
+
+            for ood in (found for found in ood_sets(splits.task) if found.fits(meta.labels)):
+                encoded = EncodedExamples.encode(encoder, ood.examples, ood.labels, meta.max_lengths, meta.max_evidence)
+                metrics = ood.metrics(predict_logits(network, encoded), meta.labels)
+                row[f"ood_{ood.name}"] = {k: metrics[k] for k in ("accuracy", "accuracy_two_way") if k in metrics}
         results[size] = row
         print(json.dumps(row), flush=True)
     if args.json:

@@ -72,7 +72,7 @@ def test_triton_client_answers_equal_the_task_api_for_every_task(server, binary)
     base, client = server
     assert client.is_server_live() and client.is_server_ready()
 
-    for model, n in (("snli-attconv-advanced", 1), ("snli-abcnn3", 3)):
+    for model, n in (("nli-attconv-advanced", 1), ("snli-abcnn3", 3)):
         pairs = ENTAILMENT[:n]
         expected = _task_answers(base, "/entailment", [{"premise": p, "hypothesis": h} for p, h in pairs], model)
         labels = client.get_model_metadata(model)["parameters"]["labels"]
@@ -137,7 +137,7 @@ def test_metadata_and_readiness_follow_the_protocol(server):
 
 def test_errors_are_the_protocols_error_form(server):
     base, client = server
-    url = f"{base}/v2/models/snli-attconv-advanced/infer"
+    url = f"{base}/v2/models/nli-attconv-advanced/infer"
 
     def error(response, status):
         assert response.status_code == status, response.text
@@ -162,7 +162,7 @@ def test_errors_are_the_protocols_error_form(server):
     assert "pad" in error(httpx.post(f"{base}/v2/models/fever-attconv/infer",
                                      json={"inputs": [claim, evidence]}), 400)
     with pytest.raises(InferenceServerException, match="hypothesis"):
-        client.infer("snli-attconv-advanced", [_bytes_input("premise", ["A man sleeps."], True)])
+        client.infer("nli-attconv-advanced", [_bytes_input("premise", ["A man sleeps."], True)])
     # the task API's error body is unchanged
     r = httpx.post(f"{base}/entailment", json={"premise": "x"})
     assert r.status_code == 422 and set(r.json()["error"]) == {"code", "message"}

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = recipe_files(REPO / "recipes")
 DEFAULT_MODELS = {
-    "snli-attconv-advanced",
+    "snli-attconv-advanced",  # not shipped: nli-attconv-advanced starts from its checkpoint
+    "nli-attconv-advanced",
+    "scitail-attconv",
     "snli-attconv-light",
     "snli-abcnn3",
     "fever-attconv",
@@ -29,6 +31,22 @@ DEFAULT_MODELS = {
 
 def test_every_default_model_has_a_recipe():
     assert {p.stem for p in RECIPES} == DEFAULT_MODELS
+
+
+def test_the_shipped_recipes_are_the_bundles_and_mark_the_same_defaults():
+    """`make models` exports the `ship = true` recipes and marks the `default = true` ones: the
+    repository holds exactly those bundles, with those defaults, one per task at most; a recipe
+    another starts from ([train] init_from) is in recipes/ too."""
+    import json
+
+    recipes = {p.stem: load_recipe(p) for p in RECIPES}
+    bundles = {p.parent.name: json.loads(p.read_text(encoding="utf-8")) for p in (REPO / "model_repository").glob("*/config.json")}
+    assert {name for name, r in recipes.items() if r.ship} == set(bundles)
+    assert {name for name, r in recipes.items() if r.default} == {name for name, c in bundles.items() if c.get("default")}
+    tasks = [DATASET_TASKS[r.data.dataset] for r in recipes.values() if r.default]
+    assert len(tasks) == len(set(tasks)), "two defaults for one task"
+    for recipe in recipes.values():
+        assert recipe.train.init_from is None or recipe.train.init_from in recipes, recipe.name
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)

@@ -1,4 +1,4 @@
-"""The six bundles in model_repository/, served for real in-process: they all load and carry a
+"""The seven bundles in model_repository/, served for real in-process: they all load and carry a
 card, every answer printed in the README's API section is what they answer now (label exact,
 scores to the README's 4 decimals), and the default /verify model keeps the behaviour that
 decided which verification model ships (an unrelated sentence beside a supporting or refuting
@@ -25,7 +25,7 @@ from service.settings import Settings  # noqa: E402
 
 REPOSITORY = ROOT / "model_repository"
 README = ROOT / "README.md"
-SHIPPED = {"snli-attconv-advanced", "snli-attconv-light", "snli-abcnn3", "fever-attconv", "bbc-act", "tweets-act"}
+SHIPPED = {"nli-attconv-advanced", "scitail-attconv", "snli-attconv-light", "snli-abcnn3", "fever-attconv", "bbc-act", "tweets-act"}
 SCORE_TOLERANCE = 6e-5  # README rounds to 4 decimals; onnxruntime CPU builds may differ in the last ulp
 
 # (claim, evidence, label) the default /verify model must answer: Wikipedia claims
@@ -141,7 +141,7 @@ def test_every_shipped_bundle_loads_with_a_card(served):
         assert card.get("in_domain", {}).get("test", {}).get("accuracy", 0) > 0.5, name
         assert card.get("known_failure_modes"), f"{name}: card lists no failure modes"
     defaults = {m["task"]: m["name"] for m in models["models"] if m.get("default")}
-    assert defaults == {"entailment": "snli-attconv-advanced", "verification": "fever-attconv", "classification": "bbc-act"}
+    assert defaults == {"entailment": "nli-attconv-advanced", "verification": "fever-attconv", "classification": "bbc-act"}
 
 
 def test_the_model_repository_stays_within_its_size_budget():
