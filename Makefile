@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-slow install-serve install-dev models bench reproduce mutations lint clean
+.PHONY: shell serve test test-slow install-serve install-dev models bench reproduce mutations lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +13,12 @@ $(VENV)/.serve: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-# Training, export and tests. torch==2.13.0 first: a CPU build of it lies on the machines'
-# disk, and pyproject's range accepts it, so pip fetches no multi-GB CUDA build.
+# Training, export and tests. torch==2.13.0 first, from PyTorch's CPU wheel index (~200 MB; PyPI's
+# Linux build pulls several GB of CUDA wheels), and pyproject's range accepts it. Where that index
+# cannot be reached (machines that only see a PyPI mirror, with a CPU build on disk), plain pip.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --retries 1 --timeout 15 --index-url $(TORCH_INDEX) torch==2.13.0 || $(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[train,dev]'
 	touch $@
 
@@ -51,6 +53,10 @@ reproduce: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/attserve bench --mode full --checkpoints checkpoints
+
+# A shell with the venv's commands (attserve, python, pytest) on PATH.
+shell: $(VENV)/.dev
+	PATH=$(abspath $(BIN)):$$PATH VIRTUAL_ENV=$(abspath $(VENV)) $${SHELL:-bash} -i
 
 clean:
 	rm -rf $(VENV) .pytest_cache
