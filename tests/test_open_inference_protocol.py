@@ -182,3 +182,23 @@ def test_v2_requests_are_counted_under_their_own_endpoint_label(server):
     for _ in range(3):
         client.infer("bbc-act", [_bytes_input("text", TEXTS[:1], True)])
     assert math.isclose(count() - before, 3.0)
+
+
+def test_the_readme_snippet_runs_and_prints_what_its_comment_says(server):
+    """The README's tritonclient snippet, run as written (against this server's port): the label
+    and the scores it prints are the ones its `# ...` comment shows, to the comment's decimals."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    snippet = re.search(r"```python\n(.*?tritonclient\.http as .*?)```", readme, re.S)
+    assert snippet, "the README lost its tritonclient snippet"
+    code = snippet.group(1)
+    comment = re.search(r"print\(.*\)\s*#\s*\[b'(\w+)'\]\s*\[\[([\d.\s]+)\]\]", code)
+    assert comment, "the snippet's print line lost its '# [b'label'] [[scores]]' comment"
+    base, _ = server
+    printed = []
+    exec(code.replace("localhost:8000", base.removeprefix("http://")), {"print": lambda *args: printed.append(args)})
+    (labels, scores), = printed
+    assert [x.decode() for x in labels.reshape(-1)] == [comment.group(1)]
+    want = [float(x) for x in comment.group(2).split()]
+    np.testing.assert_allclose(scores.reshape(-1), want, rtol=0, atol=6e-5)
