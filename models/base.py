@@ -18,7 +18,6 @@ over the valid evidence slots of each example (zeros on padded slots).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -157,48 +156,3 @@ def register(name: str, *, tasks: tuple[str, ...], description: str, **preset: A
         return cls
 
     return wrap
-
-
-def _ensure_loaded() -> None:
-    # Import the family modules so their @register decorators run.
-    import models.abcnn  # noqa: F401
-    import models.act  # noqa: F401
-    import models.attconv  # noqa: F401
-
-
-def architectures() -> dict[str, Architecture]:
-    _ensure_loaded()
-    return dict(_REGISTRY)
-
-
-def make_config(name: str, **overrides: Any) -> Any:
-    """The config of architecture `name` with `overrides` applied (unknown keys rejected)."""
-    arch = architectures().get(name)
-    if arch is None:
-        raise KeyError(f"unknown architecture {name!r}; known: {sorted(_REGISTRY)}")
-    values = {**arch.preset, **overrides}
-    cls = arch.network.config_class
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise TypeError(f"{name}: unknown config fields {unknown}; known: {sorted(known)}")
-    config = cls(**values)
-    if config.task not in arch.tasks:
-        raise ValueError(f"{name} does not do task {config.task!r}; it does {list(arch.tasks)}")
-    return config
-
-
-def build_network(name: str, **overrides: Any) -> TextClassifier:
-    return architectures()[name].network(make_config(name, **overrides))
-
-
-def config_to_dict(name: str, config: Any) -> dict[str, Any]:
-    """JSON-ready description that `network_from_dict` rebuilds the network from."""
-    return {"architecture": name, "config": dataclasses.asdict(config)}
-
-
-def network_from_dict(payload: dict[str, Any]) -> TextClassifier:
-    name = payload["architecture"]
-    config = dict(payload["config"])
-    # JSON turns tuples into lists; dataclass fields accept either.
-    return build_network(name, **config)

@@ -103,7 +103,8 @@ def run_baseline(
     same metrics dicts as `training.trainer.evaluate`. With `ood` (training.ood sets of the
     task) also "ood_dev": {set name: OodSet.metrics of the fitted model's log-probabilities},
     whose "majority" field is the majority-guess baseline of each set."""
-    from training.trainer import classification_metrics, subsample
+    from training.examples import subsample
+    from training.metrics import classification_metrics
 
     train = subsample(splits.train, max_train_examples, seed)
     index = {label: i for i, label in enumerate(splits.labels)}

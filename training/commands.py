@@ -172,7 +172,7 @@ def fever_report(
     AttConv paper's Table 9 setting), with unrelated evidence for NOT ENOUGH INFO, and among
     retrieved distractors; SUPPORTS vs REFUTES; the gold sentence's evidence_scores rank against
     chance; the behaviour checks."""
-    from training.fever import fever_report as run_report
+    from training.fever_report import fever_report as run_report
 
     report = run_report(bundle, split=split, threads=threads)
     for name, metrics in report["views"].items():

@@ -100,12 +100,13 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
 from training.examples import TASK_OF, ClaimExample, DatasetSplits, Example, PairExample, TextExample
 from training.readers import iter_snli_records, read_file, read_text
+from training.splits import group_split, stratified_split
 from training.verification import VERIFICATION_LABELS, CaptionedPair, build_claims, claims_of
 
 logger = logging.getLogger(__name__)
@@ -363,64 +364,6 @@ def verified_data(source_name: str, cache_dir: str | Path | None = None) -> tupl
         _check(str(path), expected, actual, f"the cache was changed after unpacking: delete {root}")
         checksums[f"{source_name}/{relative}"] = actual
     return root, checksums
-
-
-# --- split helpers (pure: tested on small synthetic data) ------------------------------------
-
-
-def group_split(keys: Sequence[Sequence[Hashable]], dev_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """Item indices split into (train, dev) so that items sharing ANY key land on the same side:
-    union-find over keys, then a seeded `dev_fraction` of the groups goes to dev."""
-    parent: dict[Hashable, Hashable] = {}
-
-    def find(x: Hashable) -> Hashable:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for item_keys in keys:
-        if not item_keys:
-            raise ValueError("every item needs at least one group key")
-        first = find(item_keys[0])
-        for key in item_keys[1:]:
-            root = find(key)
-            if root != first:
-                parent[root] = first
-    # a group is named by its smallest key's repr, so the order does not depend on insertion order
-    members: dict[Hashable, list[int]] = {}
-    for i, item_keys in enumerate(keys):
-        members.setdefault(find(item_keys[0]), []).append(i)
-    groups = sorted(members.values(), key=lambda idx: min(repr(k) for i in idx for k in keys[i]))
-    random.Random(f"group-split:{seed}").shuffle(groups)
-    n_dev = round(dev_fraction * len(groups))
-    dev = sorted(i for group in groups[:n_dev] for i in group)
-    train = sorted(i for group in groups[n_dev:] for i in group)
-    return train, dev
-
-
-def stratified_split(examples: Sequence[T], label_of: Callable[[T], str], fractions: tuple[float, float, float], seed: int) -> tuple[list[T], list[T], list[T]]:
-    """(train, dev, test) with each label's examples cut by `fractions`, seeded per label.
-    Hand-written rather than sklearn's so the published splits cannot move with a library
-    upgrade (random.Random with a str seed is stable across Python versions)."""
-    by_label: dict[str, list[T]] = {}
-    for example in examples:
-        by_label.setdefault(label_of(example), []).append(example)
-    train: list[T] = []
-    dev: list[T] = []
-    test: list[T] = []
-    for label in sorted(by_label):
-        items = list(by_label[label])
-        random.Random(f"stratified:{seed}:{label}").shuffle(items)
-        n_test = round(fractions[2] * len(items))
-        n_dev = round(fractions[1] * len(items))
-        test += items[:n_test]
-        dev += items[n_test : n_test + n_dev]
-        train += items[n_test + n_dev :]
-    for name, part in (("train", train), ("dev", dev), ("test", test)):
-        random.Random(f"stratified:{seed}:order:{name}").shuffle(part)  # no label blocks
-    return train, dev, test
 
 
 def dedupe(examples: Sequence[TextExample], key: Callable[[str], str] = lambda text: text) -> tuple[list[TextExample], int, int]:

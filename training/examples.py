@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Sequence, Union
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,11 @@ class DatasetSplits:
     # A mixed dataset (nli-mix): split -> the source dataset of each of its examples, in order;
     # empty for a single-source dataset. Training then selects on the mean per-source dev accuracy.
     sources: dict[str, list[str]] = field(default_factory=dict)
+
+
+def subsample(examples: Sequence[Example], count: int | None, seed: int) -> list[Example]:
+    """A seeded random subset of `count` examples, kept in their original order."""
+    if count is None or count >= len(examples):
+        return list(examples)
+    keep = sorted(random.Random(seed).sample(range(len(examples)), count))
+    return [examples[i] for i in keep]

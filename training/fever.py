@@ -39,18 +39,16 @@ import random
 import re
 import time
 import unicodedata
-from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from training.examples import ClaimExample, PairExample
+from training.splits import group_split
+from training.readers import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, FeverClaim, detokenize_fever, read_fever  # noqa: F401  (the FEVER file format)
 
 logger = logging.getLogger(__name__)
 
-SUPPORTS, REFUTES, NOT_ENOUGH_INFO = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO"
 FEVER_LABELS = [SUPPORTS, REFUTES, NOT_ENOUGH_INFO]
 ENTAILMENT_OF_FEVER = {SUPPORTS: "entailment", REFUTES: "contradiction", NOT_ENOUGH_INFO: "neutral"}
 FEVER_FILE = "fever/train.csv.xz"
@@ -66,55 +64,9 @@ MAX_DISTRACTORS = 3
 MAX_NEI_SENTENCES = 4
 NLI_MAX_PREMISE_SENTENCES = 3  # entailment pairs: gold sentences joined into one premise, at most this many
 
-# The FEVER dump's Penn Treebank escapes and spacing, undone so the text looks as users send it.
-_PTB_ESCAPES = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}", "-COLON-": ":", "``": '"', "''": '"'}
-_ESCAPE = re.compile("|".join(re.escape(k) for k in _PTB_ESCAPES))
-_SPACE_BEFORE = re.compile(r" ([.,;:!?%)\]}]|'s\b|'re\b|'ve\b|'ll\b|'d\b|'m\b|n't\b)")
-_SPACE_AFTER = re.compile(r"([(\[{$]) ")
-_QUOTED = re.compile(r'" ([^"]*?) "')
-
-
-def detokenize_fever(sentence: str) -> str:
-    """A FEVER dump sentence as plain text: `Hoffman -LRB- born 1937 -RRB- , an actor .` ->
-    `Hoffman (born 1937), an actor.` Hand-written (a dozen substitutions): the usual
-    detokenizers (sacremoses) do not know the dump's -LRB- style escapes."""
-    text = _ESCAPE.sub(lambda m: _PTB_ESCAPES[m.group(0)], sentence)
-    text = _QUOTED.sub(r'"\1"', text)
-    text = _SPACE_BEFORE.sub(r"\1", text)
-    text = _SPACE_AFTER.sub(r"\1", text)
-    return " ".join(text.split())
-
-
 def normalized_claim(text: str) -> str:
     """Group key for claims without evidence: case, accents' composition and punctuation ignored."""
     return re.sub(r"\W+", " ", unicodedata.normalize("NFKC", text).casefold()).strip()
-
-
-@dataclass(frozen=True)
-class FeverClaim:
-    """One FEVER train row, as plain text."""
-
-    id: str
-    claim: str
-    label: str
-    evidence: tuple[str, ...]  # gold sentences, deduplicated in order; empty for NOT ENOUGH INFO
-
-
-def read_fever(path: str | Path) -> tuple[list[FeverClaim], Counter]:
-    """Every usable claim of a FEVER csv (train.csv or its .xz) and the counts of what was dropped."""
-    from training.readers import iter_fever_csv
-
-    claims: list[FeverClaim] = []
-    dropped: Counter = Counter()
-    for row in iter_fever_csv(path):
-        evidence = tuple(dict.fromkeys(detokenize_fever(s) for s in row["evidence"] if s.strip()))
-        if row["label"] != NOT_ENOUGH_INFO and not evidence:
-            dropped[f"{row['label']} without evidence"] += 1
-            continue
-        claims.append(FeverClaim(row["id"], row["claim"].strip(), row["label"], evidence if row["label"] != NOT_ENOUGH_INFO else ()))
-    if dropped:
-        logger.info("%s: dropped %s", path, dict(dropped), extra={"path": str(path), **{k.replace(" ", "_"): v for k, v in dropped.items()}})
-    return claims, dropped
 
 
 def split_fever(claims: Sequence[FeverClaim], seed: int, dev_fraction: float = DEV_FRACTION,
@@ -122,8 +74,6 @@ def split_fever(claims: Sequence[FeverClaim], seed: int, dev_fraction: float = D
     """(train, dev, test): claims made from one fact (the same first evidence sentence) stay on
     one side. Grouping by every shared sentence instead joins most verifiable claims into one
     component (popular sentences chain them), which leaves dev almost without them."""
-    from training.datasets import group_split
-
     keys = [[("sentence", c.evidence[0])] if c.evidence else [("claim", normalized_claim(c.claim))] for c in claims]
     rest, test_idx = group_split(keys, test_fraction, seed)
     rest_keys = [keys[i] for i in rest]
@@ -343,31 +293,3 @@ def view_metrics(examples: Sequence[ClaimExample], logits: np.ndarray, labels: S
             out["gold_first_chance"] = float(np.mean([chance for _, chance in ranked]))
             out["gold_first_claims"] = len(ranked)
     return out
-
-
-def fever_report(bundle_dir: str | Path, split: str = "dev", threads: int = 1, root: str | Path | None = None) -> dict:
-    """A verification bundle on FEVER's `split` in every evaluation view, plus the behaviour
-    checks (each also with its evidence reversed), through the bundle's ONNX graph."""
-    from service.bundle import load_bundle
-    from service.tokenization import TextEncoder
-    from training.card import open_session, score_examples
-    from training.datasets import SPLIT_SEED, _fever_parts, benchmark_dir
-
-    bundle = load_bundle(Path(bundle_dir))
-    config = bundle.config
-    encoder = TextEncoder.from_file(bundle.tokenizer_path)
-    session = open_session(bundle.model_path, threads)
-    labels = list(config.labels)
-    claims, lists, _ = _fever_parts(benchmark_dir(root))
-    views = evaluation_views(claims[split], lists[split], SPLIT_SEED, split, config.max_evidence or MAX_EVIDENCE)
-    report: dict = {"bundle": config.name, "split": split, "views": {}}
-    for name, examples in views.items():
-        scored = score_examples(session, encoder, config, examples, progress=False)
-        report["views"][name] = view_metrics(examples, scored.logits, labels, scored.evidence_scores)
-    probes = [ClaimExample(c, tuple(e), label) for c, e, label in BEHAVIOUR_CHECKS]
-    probes += [ClaimExample(p.claim, p.evidence[::-1], p.label) for p in probes]
-    predicted = score_examples(session, encoder, config, probes, progress=False).logits.argmax(1)
-    report["behaviour"] = [{"claim": p.claim, "evidence": list(p.evidence), "expected": p.label, "got": labels[k]}
-                           for p, k in zip(probes, predicted)]
-    report["behaviour_passed"] = sum(b["expected"] == b["got"] for b in report["behaviour"])
-    return report

@@ -37,6 +37,9 @@ import io
 import lzma
 import json
 import logging
+import re
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -278,12 +281,56 @@ def iter_fever_csv(path: str | Path) -> Iterator[dict[str, Any]]:
         yield {**{c: row[c] for c in FEVER_CSV_COLUMNS[:4]}, "evidence": evidence}
 
 
+SUPPORTS, REFUTES, NOT_ENOUGH_INFO = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO"
+
+# The FEVER dump's Penn Treebank escapes and spacing, undone so the text looks as users send it.
+_PTB_ESCAPES = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}", "-COLON-": ":", "``": '"', "''": '"'}
+_ESCAPE = re.compile("|".join(re.escape(k) for k in _PTB_ESCAPES))
+_SPACE_BEFORE = re.compile(r" ([.,;:!?%)\]}]|'s\b|'re\b|'ve\b|'ll\b|'d\b|'m\b|n't\b)")
+_SPACE_AFTER = re.compile(r"([(\[{$]) ")
+_QUOTED = re.compile(r'" ([^"]*?) "')
+
+
+def detokenize_fever(sentence: str) -> str:
+    """A FEVER dump sentence as plain text: `Hoffman -LRB- born 1937 -RRB- , an actor .` ->
+    `Hoffman (born 1937), an actor.` Hand-written (a dozen substitutions): the usual
+    detokenizers (sacremoses) do not know the dump's -LRB- style escapes."""
+    text = _ESCAPE.sub(lambda m: _PTB_ESCAPES[m.group(0)], sentence)
+    text = _QUOTED.sub(r'"\1"', text)
+    text = _SPACE_BEFORE.sub(r"\1", text)
+    text = _SPACE_AFTER.sub(r"\1", text)
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class FeverClaim:
+    """One FEVER train row, as plain text."""
+
+    id: str
+    claim: str
+    label: str
+    evidence: tuple[str, ...]  # gold sentences, deduplicated in order; empty for NOT ENOUGH INFO
+
+
+def read_fever(path: str | Path) -> tuple[list[FeverClaim], Counter]:
+    """Every usable claim of a FEVER csv (train.csv or its .xz) and the counts of what was dropped."""
+    claims: list[FeverClaim] = []
+    dropped: Counter = Counter()
+    for row in iter_fever_csv(path):
+        evidence = tuple(dict.fromkeys(detokenize_fever(s) for s in row["evidence"] if s.strip()))
+        if row["label"] != NOT_ENOUGH_INFO and not evidence:
+            dropped[f"{row['label']} without evidence"] += 1
+            continue
+        claims.append(FeverClaim(row["id"], row["claim"].strip(), row["label"], evidence if row["label"] != NOT_ENOUGH_INFO else ()))
+    if dropped:
+        logger.info("%s: dropped %s", path, dict(dropped), extra={"path": str(path), **{k.replace(" ", "_"): v for k, v in dropped.items()}})
+    return claims, dropped
+
+
 def read_fever_csv(path: str | Path) -> list[ClaimExample]:
-    """Claims with their evidence as plain text (training.fever.detokenize_fever); claims without
+    """Claims with their evidence as plain text (detokenize_fever); claims without
     evidence (NOT ENOUGH INFO, and pages missing from the dump) are skipped, with a count.
     `attserve train`'s named dataset `fever` builds evidence lists for all of them instead."""
-    from training.fever import read_fever
-
     claims, _ = read_fever(path)
     out = [ClaimExample(c.claim, c.evidence, c.label) for c in claims if c.evidence]
     if len(out) < len(claims):

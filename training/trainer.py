@@ -40,7 +40,8 @@ from models import TextClassifier, build_network
 from service.tokenization import TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
-from training.examples import ClaimExample, DatasetSplits, Example, texts_of
+from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of
+from training.metrics import classification_metrics
 from training.recipes import Recipe, TrainSection
 from training.tokenizer import build_tokenizer, save_tokenizer, trainable_rows
 
@@ -86,14 +87,6 @@ def load_splits(recipe: Recipe, cache_dir: str | Path | None = None) -> DatasetS
     if data.dataset is not None:
         return load_dataset(data.dataset, cache_dir=cache_dir)
     return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name)
-
-
-def subsample(examples: Sequence[Example], count: int | None, seed: int) -> list[Example]:
-    """A seeded random subset of `count` examples, kept in their original order."""
-    if count is None or count >= len(examples):
-        return list(examples)
-    keep = sorted(random.Random(seed).sample(range(len(examples)), count))
-    return [examples[i] for i in keep]
 
 
 @dataclass
@@ -184,28 +177,6 @@ def bucketed_batches(costs: np.ndarray, batch_size: int, bucket_batches: int, rn
 
 # ---------------------------------------------------------------------------------------------
 # Metrics and prediction
-
-
-def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels: Sequence[str]) -> dict[str, Any]:
-    """Accuracy, per-class precision/recall/F1/support, macro F1 and the confusion matrix
-    (rows = true label, columns = predicted, both in `labels` order)."""
-    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
-
-    index = list(range(len(labels)))
-    precision, recall, f1, support = precision_recall_fscore_support(
-        y_true, y_pred, labels=index, zero_division=0
-    )
-    return {
-        "examples": int(len(y_true)),
-        "accuracy": float(accuracy_score(y_true, y_pred)),
-        "macro_f1": float(f1_score(y_true, y_pred, labels=index, average="macro", zero_division=0)),
-        "per_class": {
-            label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-            for label, p, r, f, s in zip(labels, precision, recall, f1, support)
-        },
-        "labels": list(labels),
-        "confusion_matrix": confusion_matrix(y_true, y_pred, labels=index).tolist(),
-    }
 
 
 @torch.no_grad()
