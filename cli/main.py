@@ -28,7 +28,7 @@ app = typer.Typer(
 # module -> the functions in it that become commands (command name = function name, _ -> -)
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.data_command": ("data",),
-    "training.commands": ("train", "evaluate", "baseline", "card", "fever_report"),
+    "training.commands": ("train", "evaluate", "baseline", "card", "fever_report", "recipe_options"),
     "export.commands": ("export",),
     "service.commands": ("serve",),
     "bench.commands": ("bench",),
@@ -40,6 +40,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 TRAINING_MODULES = ("torch", "safetensors", "onnx", "sklearn")
 TRAINING_COMMANDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("train", "evaluate", "baseline", "card", "export", "reproduce", "bench"), TRAINING_MODULES),
+    "recipe-options": ("torch",),  # reads the architectures' network config classes
     "data": ("pyarrow",),  # reads the GloVe package's parquet word list
 }
 TRAINING_MARK = "(needs training extra)"

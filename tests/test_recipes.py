@@ -111,7 +111,8 @@ def _minimal(**changes) -> dict:
         {"train": {"optimizer": "adam", "momentum": 0.9}},
         {"embeddings": {"glove": False, "trainable": False}},
         {"embeddings": {"glove": True, "vectors": "glove-6b-300d"}},  # not a pinned set
-        {"embeddings": {"vectors": "glove-6b-100d"}},  # vectors without glove = true
+        {"embeddings": {"glove": False, "vectors": "glove-6b-100d"}},  # vectors without glove = true
+        {"embeddings": {"glove": False}, "tokenizer": {"pretrained_vocab": 10}},  # a pretrained vocabulary without vectors
         {"limits": {"max_lengths": {"premise_ids": 0, "hypothesis_ids": 8}}},
         {"name": "Has Spaces"},
         {"ship": False, "default": True},  # only a shipped bundle can be a default
@@ -177,3 +178,100 @@ def test_file_data_paths_resolve_against_the_recipe(tmp_path):
 def test_command_module_imports_no_torch():
     code = "import sys, training.commands, training.recipes; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 35: the minimal recipe uses pretrained vectors and vocabulary by default; the recipes that
+# relied on the old defaults spell them out; every option is documented from the schema.
+
+# Defaults issue 35 changed, with their value before: a recipe that leaves one of these keys out
+# would now train differently, so every recipe here must either set it or be unaffected.
+OLD_DEFAULTS = {("embeddings", "glove"): False, ("tokenizer", "pretrained_vocab"): 0,
+                ("embeddings", "tuned_channel"): False, ("tokenizer", "oov_buckets"): 0}
+ALL_RECIPE_FILES = sorted((REPO / "recipes").rglob("*.toml")) + [REPO / "examples" / "own-data" / "recipe.toml"]
+
+
+def test_the_minimal_recipe_uses_glove_and_a_pretrained_vocabulary_by_default():
+    import tomllib
+
+    from training.recipes import DEFAULT_PRETRAINED_VOCAB, MINIMAL_RECIPE
+
+    raw = tomllib.loads(MINIMAL_RECIPE)
+    assert set(raw) == {"name", "data", "model", "limits"} and set(raw["model"]) == {"architecture"}
+    recipe = Recipe.model_validate(raw)
+    assert recipe.embeddings.glove and recipe.embeddings.vectors == "glove-6b-50d"
+    assert recipe.tokenizer.pretrained_vocab == DEFAULT_PRETRAINED_VOCAB == 40_000
+    # AttConv gets the tuned second channel (and the hash buckets it needs); other networks do not
+    from training.recipes import DEFAULT_OOV_BUCKETS, TUNED_CHANNEL_ARCHITECTURES
+
+    assert recipe.embeddings.tuned_channel and recipe.tokenizer.oov_buckets == DEFAULT_OOV_BUCKETS == 1000
+    act = Recipe.model_validate({**raw, "model": {"architecture": "act"}})
+    assert act.embeddings.glove and not act.embeddings.tuned_channel and act.tokenizer.oov_buckets == 0
+    frozen = Recipe.model_validate({**raw, "embeddings": {"freeze_pretrained": True}})
+    assert not frozen.embeddings.tuned_channel and frozen.tokenizer.oov_buckets == 0
+    from training.recipes import builtin_architectures
+
+    assert set(TUNED_CHANNEL_ARCHITECTURES) == {name for name, arch in builtin_architectures().items()
+                                               if "tuned_vocab_size" in arch.network.config_class.__dataclass_fields__}
+    # the architecture's embedding width matches the pinned 50-d vectors without a [model] key
+    assert recipe.network_config(vocab_size=10).embedding_dim == 50
+    # one switch turns the download off: no vectors, no pretrained vocabulary
+    off = Recipe.model_validate({**raw, "embeddings": {"glove": False}})
+    assert not off.embeddings.glove and off.tokenizer.pretrained_vocab == 0
+    assert not off.embeddings.tuned_channel and off.tokenizer.oov_buckets == 0
+    # an explicit size is kept, and survives the JSON round trip through a checkpoint
+    sized = Recipe.model_validate({**raw, "tokenizer": {"pretrained_vocab": 5000}})
+    assert sized.tokenizer.pretrained_vocab == 5000
+    assert Recipe.model_validate(sized.model_dump(mode="json")) == sized
+    assert Recipe.model_validate(off.model_dump(mode="json")).tokenizer.pretrained_vocab == 0
+
+
+@pytest.mark.parametrize("path", ALL_RECIPE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_existing_recipes_keep_the_values_they_trained_with(path):
+    """Every recipe in the repository trains as before issue 35: a key whose default changed is
+    either set in the file or would have resolved to the same value."""
+    import tomllib
+
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    recipe = load_recipe(path)
+    for (section, key), old in OLD_DEFAULTS.items():
+        if key in raw.get(section, {}):
+            continue
+        assert getattr(getattr(recipe, section), key) == old, f"{path.name}: set [{section}] {key} = {old!r} (its old default)"
+
+
+def test_every_recipe_option_has_a_description():
+    import dataclasses
+
+    from training.recipes import _SECTIONS, MODEL_FIELD_DESCRIPTIONS
+
+    for _, cls in _SECTIONS:
+        for key, field in cls.model_fields.items():
+            assert field.description and len(field.description) > 10, f"{cls.__name__}.{key} has no description"
+    from training.recipes import builtin_architectures
+
+    assert set(builtin_architectures()) >= {"attconv-light", "attconv-advanced", "abcnn-3", "bcnn", "act", "transformer"}
+    config_fields = {f.name for arch in builtin_architectures().values() for f in dataclasses.fields(arch.network.config_class)}
+    assert config_fields == set(MODEL_FIELD_DESCRIPTIONS), "MODEL_FIELD_DESCRIPTIONS must cover exactly the network config fields"
+
+
+def test_docs_recipes_md_is_what_recipe_options_generates():
+    """docs/recipes.md cannot drift from the schema: regenerate it with
+    `attserve recipe-options --out docs/recipes.md`."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    result = CliRunner().invoke(app, ["recipe-options"])
+    assert result.exit_code == 0, result.output
+    committed = (REPO / "docs" / "recipes.md").read_text(encoding="utf-8")
+    assert result.output == committed, "docs/recipes.md is stale: run `attserve recipe-options --out docs/recipes.md`"
+    # every key of every table, and every network config field, is in it
+    from training.recipes import _SECTIONS, MODEL_FIELD_DESCRIPTIONS
+
+    for _, cls in _SECTIONS:
+        for key in cls.model_fields:
+            assert f"| `{key}` |" in committed, key
+    for key in MODEL_FIELD_DESCRIPTIONS:
+        assert f"| `{key}` |" in committed, key
+    assert "glove = false" in committed  # how to train without the download

