@@ -35,7 +35,7 @@ from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
 from service.engine import Engine, warm_up
 from service.errors import (NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, excerpt,
-                            install_error_handlers)
+                            install_error_handlers, set_by)
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
@@ -425,10 +425,12 @@ class BodyLimitMiddleware:
                                           "the server is shutting down", {"Retry-After": "1"})
                     elif loop.time() >= deadline:
                         await self._error(scope, receive, send, 504, "deadline_exceeded",
-                                          f"no answer within {settings.request_timeout_ms:.0f} ms (body still arriving)")
+                                          f"no answer within {settings.request_timeout_ms:.0f} ms (body still arriving) "
+                                          f"{set_by('request_timeout_ms')}")
                     else:
                         await self._error(scope, receive, send, 408, "request_timeout",
-                                          f"request body not received within {settings.body_timeout_s:g} s")
+                                          f"request body not received within {settings.body_timeout_s:g} s "
+                                          f"{set_by('body_timeout_s')}")
                     return
                 finally:
                     self.service.body_reads.discard(reading)
@@ -468,7 +470,8 @@ class BodyLimitMiddleware:
         # the rest of the body is never read: the connection closes after the 413 (kept open,
         # a sender trickling it would hold the connection untimed, and its chunks would be
         # taken for the next request's headers)
-        await self._error(scope, receive, send, 413, "body_too_large", f"request body over {self.max_bytes} bytes")
+        await self._error(scope, receive, send, 413, "body_too_large",
+                          f"request body over {self.max_bytes} bytes {set_by('max_body_bytes')}")
 
 
 # --- memory ---------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown
+from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown, set_by
 from service.metrics import Metrics
 from service.runtime import Item, ItemOutput, ModelRuntime, padded_shape
 from service.settings import Settings
@@ -123,7 +123,8 @@ class Batcher:
             raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
         if self._state.count + count > self.max_queue:
             raise QueueFull(
-                f"model {self.name!r} has {self._state.count} items queued (limit {self.max_queue}); retry later",
+                f"model {self.name!r} has {self._state.count} items queued, at most {self.max_queue} "
+                f"{set_by('max_queue')}; retry later",
                 headers={"Retry-After": "1"},
             )
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Iterable, Sequence
 
 from service.batcher import Batcher, Done
-from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs
+from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs, set_by
 from service.metrics import Metrics
 from service.runtime import ModelRuntime
 from service.settings import Settings
@@ -96,11 +96,15 @@ class Engine:
         than the model takes (`evidence`: where, how many); the counts alone, so a caller can
         check what a request declares before building anything from it (service.oip)."""
         if n > self.settings.max_inputs_per_request:
-            raise TooManyInputs(f"{n} inputs; at most {self.settings.max_inputs_per_request} per request")
+            raise TooManyInputs(f"{n} inputs; at most {self.settings.max_inputs_per_request} per request "
+                                f"{set_by('max_inputs_per_request')}; or send them in several requests")
         limit = self.config.max_evidence
         for where, count in evidence:
             if count > limit:
-                raise TooManyEvidence(f"{where}: {count} items; model {self.name!r} takes at most {limit}")
+                raise TooManyEvidence(f"{where}: {count} items; model {self.name!r} takes at most {limit} (its "
+                                      "max_evidence, fixed in its config.json when it was exported: no ATTSERVE_ "
+                                      "setting raises it; /v1/models lists each model's); send the most "
+                                      "relevant sentences or split the claim's evidence over several inputs")
 
     def enqueue(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False,
                 explain: bool = False) -> Pending:
@@ -108,7 +112,8 @@ class Engine:
         loop.time(). The batcher tokenizes them in the inference thread."""
         self.check(inputs, batch)
         if asyncio.get_running_loop().time() >= deadline:
-            raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms")
+            raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms "
+                                   f"{set_by('request_timeout_ms')}")
         places = [f"inputs[{i}]" for i in range(len(inputs))] if batch else ["input"] * len(inputs)
         return Pending(self.batcher.submit(inputs, deadline=deadline, places=places, explain=explain))
 
@@ -135,7 +140,8 @@ class Engine:
             elif watcher is not None and watcher in finished:
                 raise ClientClosed("the client disconnected before the answer was ready")
             else:
-                raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms")
+                raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms "
+                                       f"{set_by('request_timeout_ms')}")
         finally:
             if watcher is not None:
                 watcher.cancel()

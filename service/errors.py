@@ -1,17 +1,24 @@
 """The service's errors and the one JSON error body: `{"error": {"code", "message"}}`.
 
 Every non-2xx answer (our own, FastAPI's validation errors, Starlette's 404/405, unexpected
-exceptions) goes through `error_response`, so clients parse one shape.
+exceptions) goes through `error_response`, so clients parse one shape; a 404 adds the list of
+`endpoints`, a 405 the `allowed_methods`. A limit's error names the setting that raises it
+(`set_by`). docs/errors.md documents them all.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Mount
+
+from service.schemas import close_field
+from service.settings import Settings
 
 log = logging.getLogger("service.errors")
 
@@ -86,6 +93,19 @@ class InferenceFailed(ServiceError):
     status, code = 500, "inference_failed"
 
 
+def setting_env(field: str) -> str:
+    """The environment variable of a Settings field: max_body_bytes -> ATTSERVE_MAX_BODY_BYTES."""
+    if field not in Settings.model_fields:
+        raise KeyError(f"no setting {field!r}")
+    return f"{Settings.model_config['env_prefix']}{field.upper()}"
+
+
+def set_by(field: str) -> str:
+    """The clause every limit error ends its sentence with, naming the setting that raises the
+    limit: "(limit set by ATTSERVE_MAX_BODY_BYTES)". One place, so no limit error forgets it."""
+    return f"(limit set by {setting_env(field)})"
+
+
 EXCERPT_CHARS = 40
 
 
@@ -99,11 +119,60 @@ def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
-                   path: str = "") -> JSONResponse:
-    """The task API's error body; under /v2 the Open Inference Protocol's `{"error": "..."}`."""
+                   path: str = "", extra: dict[str, Any] | None = None) -> JSONResponse:
+    """The task API's error body (`extra`: more fields beside code and message); under /v2 the
+    Open Inference Protocol's `{"error": "..."}`."""
     if path == "/v2" or path.startswith("/v2/"):
         return JSONResponse({"error": message}, status_code=status, headers=headers)
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+    return JSONResponse({"error": {"code": code, "message": message, **(extra or {})}}, status_code=status,
+                        headers=headers)
+
+
+def endpoints(app: Any) -> list[str]:
+    """Every endpoint of the app as "METHOD /path" (HEAD left out), in route order: what a 404
+    lists. /docs and /redoc appear only where they are enabled (ATTSERVE_DOCS)."""
+    out: list[str] = []
+
+    def walk(routes: Any, prefix: str) -> None:
+        for route in routes:
+            if hasattr(route, "original_router"):  # an included router (FastAPI >= 0.16x)
+                context = getattr(route, "include_context", None)
+                walk(route.original_router.routes, prefix + (getattr(context, "prefix", "") or ""))
+                continue
+            path = prefix + getattr(route, "path", "")
+            if path.endswith("/oauth2-redirect"):
+                continue
+            if isinstance(route, Mount):
+                if f"GET {path}" not in out:
+                    out.append(f"GET {path}/")
+                continue
+            methods = sorted(set(getattr(route, "methods", None) or {"GET"}) - {"HEAD"})
+            line = f"{','.join(methods)} {path}"
+            if line not in out:
+                out.append(line)
+
+    walk(app.routes, "")
+    # the task endpoints first, the protocol's and the schema's last
+    last = ("/openapi.json", "/docs", "/redoc")
+    return sorted(out, key=lambda e: (e.split(" ")[1].startswith("/v2"), e.split(" ")[1] in last))
+
+
+def _not_found(request: Request) -> tuple[str, dict[str, Any]]:
+    listed = endpoints(request.app)
+    where = f"{request.method} {request.url.path}"
+    if request.url.path == "/v2" or request.url.path.startswith("/v2/"):
+        # the protocol's error is one string: the /v2 endpoints go in it
+        return f"no endpoint {where}; the Open Inference Protocol endpoints: " + \
+            ", ".join(e for e in listed if " /v2" in e), {}
+    return (f"no endpoint {where}; the endpoints are listed in \"endpoints\" "
+            "(inference: POST /classify, POST /entailment, POST /verify)"), {"endpoints": listed}
+
+
+def _method_not_allowed(request: Request, headers: dict[str, str] | None) -> tuple[str, dict[str, Any]]:
+    allowed = [m.strip() for m in (headers or {}).get("Allow", "").split(",") if m.strip()]
+    listed = ", ".join(m for m in allowed if m != "HEAD") or "none"
+    return (f"{request.method} is not allowed on {request.url.path}; it takes {listed}",
+            {"allowed_methods": allowed})
 
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
@@ -156,7 +225,8 @@ def json_path(loc: tuple) -> str:
 
 
 def _describe(err: dict, path: str) -> str:
-    """One validation error in the service's words: where, what was wrong, what to send."""
+    """One validation error in the service's words: where, what was wrong, what to send (the
+    "; send ..." hint: `_validation_message` says it once for the whole message)."""
     kind = err.get("type", "")
     where = json_path(tuple(err.get("loc", ()))) or "body"
     got = _json_type(err.get("input"))
@@ -176,9 +246,18 @@ def _describe(err: dict, path: str) -> str:
             return f"body: empty; send a JSON object: {example}"
         return f"{where}: required field missing; send {example}"
     if kind == "extra_forbidden":
+        # unknown fields are ignored (service.schemas); what reaches here is a field of another
+        # form or place, or a near miss of a field the endpoint takes
         if field in ("inputs", *FIELDS.get(path, ())) and "[" not in where:
             return (f"{where}: not expected here: send either one input or a batch under \"inputs\", "
                     f"not both: {example}")
+        if field in ("model", "explain") and "[" in where:
+            return f"{where}: not expected inside an input: \"{field}\" goes at the top level, once per request"
+        known = (*FIELDS.get(path, ()), "inputs", "model", "explain")
+        guess = close_field(field, known)
+        if guess is not None:
+            return (f"{where}: unknown field; did you mean {guess!r}? (other unknown fields are ignored, "
+                    f"a near miss of a field this endpoint takes is refused); send {example}")
         return f"{where}: unknown field; send {example}"
     if kind == "string_type":
         return f"{where}: expected a string, got {got}"
@@ -195,11 +274,24 @@ def _describe(err: dict, path: str) -> str:
 
 
 def _validation_message(exc: RequestValidationError, path: str = "") -> str:
+    """Up to MAX_REPORTED problems, then the count of the others; a "send ..." hint several
+    of them end with is said once, at the end (two missing fields of one input, or the same
+    field missing from every input, gave it two or three times)."""
     errors = list(exc.errors())
-    parts = [_describe(err, path) for err in errors[:MAX_REPORTED]]
+    parts, hints = [], []
+    for err in errors[:MAX_REPORTED]:
+        text = _describe(err, path)
+        problem, sep, hint = text.partition("; send ")
+        if sep and not hint.startswith("a JSON object:"):
+            parts.append(problem)
+            if hint not in hints:
+                hints.append(hint)
+        else:
+            parts.append(text)
     if len(errors) > MAX_REPORTED:
         parts.append(f"and {len(errors) - MAX_REPORTED} more problems")
-    return "; ".join(parts) or "invalid request"
+    message = "; ".join(parts) or "invalid request"
+    return message + "".join(f"; send {hint}" for hint in hints)
 
 
 def _media_type_problem(request: Request, exc: RequestValidationError) -> str | None:
@@ -235,7 +327,14 @@ def install_error_handlers(app: FastAPI) -> None:
             cause = type(exc.__cause__).__name__ if exc.__cause__ else "unparseable body"
             return error_response(422, "invalid_input", f"body: not valid UTF-8 JSON ({cause})", path=request.url.path)
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None), path=request.url.path)
+        headers = getattr(exc, "headers", None)
+        message, extra = str(exc.detail), None
+        # Starlette's bare "Not Found" / "Method Not Allowed" (routing, static files): say what exists
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            message, extra = _not_found(request)
+        elif exc.status_code == 405 and exc.detail == "Method Not Allowed":
+            message, extra = _method_not_allowed(request, headers)
+        return error_response(exc.status_code, code, message, headers, path=request.url.path, extra=extra)
 
     # Starlette runs this one in its outermost ServerErrorMiddleware: the client gets the JSON
     # body and the exception is still re-raised to the server, which logs it and carries on.

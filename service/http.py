@@ -39,6 +39,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.errors import set_by
 from service.settings import Settings
 
 log = logging.getLogger("service.http")
@@ -96,7 +97,8 @@ def guarded_protocol(settings: Settings) -> type[HttpToolsProtocol]:
             if len(self.connections) > max_connections and not self._make_room():
                 counters["refused"] += 1
                 self._reject(503, "Service Unavailable", "too_many_connections",
-                             f"the server has {max_connections} connections open; retry later")
+                             f"the server has {max_connections} connections open {set_by('max_connections')}; "
+                             "retry later")
                 return
             self._await_request()
 
@@ -135,7 +137,7 @@ def guarded_protocol(settings: Settings) -> type[HttpToolsProtocol]:
                 return
             counters["header_timeouts"] += 1
             self._reject(408, "Request Timeout", "request_timeout",
-                         f"request headers not received within {header_timeout_s:g} s")
+                         f"request headers not received within {header_timeout_s:g} s {set_by('header_timeout_s')}")
 
         def _reject(self, status: int, reason: str, code: str, message: str) -> None:
             self._rejected = True
@@ -180,7 +182,7 @@ def guarded_protocol(settings: Settings) -> type[HttpToolsProtocol]:
         def _too_large(self) -> None:
             counters["headers_too_large"] += 1
             self._reject(431, "Request Header Fields Too Large", "headers_too_large",
-                         f"request line and headers over {max_header_bytes} bytes")
+                         f"request line and headers over {max_header_bytes} bytes {set_by('max_header_bytes')}")
 
         def send_400_response(self, msg: str) -> None:
             if self._rejected:  # our own _Rejected, surfacing as a parser error

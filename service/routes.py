@@ -21,13 +21,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.app import TASK_OF_ENDPOINT, TASKS, ModelEntry, Service
 from service.metrics import render as render_metrics
-from service.errors import AnswerTooLarge, NotReady, ShuttingDown
+from service.errors import AnswerTooLarge, NotReady, ShuttingDown, set_by
 from service.schemas import (
     BatchPredictions,
     ClassifyBody,
     EntailmentBody,
     ErrorBody,
     Health,
+    LiveStatus,
     ModelInfo,
     ModelList,
     TaskInfo,
@@ -55,6 +56,18 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 
+IGNORED_FIELDS_HEADER = "X-Attserve-Ignored-Fields"
+MAX_IGNORED_LISTED = 10
+
+
+def ignored_header(names: list[str]) -> str:
+    """The unknown fields a request sent, for X-Attserve-Ignored-Fields: each escaped to
+    printable ASCII and cut to 40 characters (a header takes no newline), at most 10 named."""
+    shown = [ascii(n)[1:-1][:40] for n in names[:MAX_IGNORED_LISTED]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f", and {more} more" if more else "")
+
+
 def _service(request: Request) -> Service:
     return request.app.state.service
 
@@ -77,12 +90,15 @@ async def _predict(request: Request, endpoint: str, body: Any) -> JSONResponse:
     batch = hasattr(body, "inputs")
     results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch,
                                         explain=body.explain)
+    ignored = body.ignored_fields()
+    if ignored:
+        headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
     # Rendered here rather than by FastAPI's response_model: the answer is built to the schema
     # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
     response = JSONResponse({"results": results} if batch else results[0], headers=headers)
     limit = service.settings.max_answer_bytes
     if len(response.body) > limit:
-        raise AnswerTooLarge(f"the answer is {len(response.body)} bytes, over ATTSERVE_MAX_ANSWER_BYTES ({limit}); "
+        raise AnswerTooLarge(f"the answer is {len(response.body)} bytes, over {limit} {set_by('max_answer_bytes')}; "
                              "send fewer inputs per request" + (" or fewer with \"explain\": true" if body.explain else ""))
     return response
 
@@ -149,8 +165,9 @@ async def index(request: Request) -> Any:
     }
 
 
-@router.get("/health/live", response_model=Health, tags=["health"])
+@router.get("/health/live", response_model=LiveStatus, tags=["health"])
 async def live() -> Any:
+    """200 while the process is up (a liveness probe): nothing about the models, see /health/ready."""
     return {"status": "alive"}
 
 

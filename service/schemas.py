@@ -7,9 +7,10 @@ validation error speaks only about the form the client meant.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+import difflib
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
 
 
 def _valid_text(text: str) -> str:
@@ -30,22 +31,74 @@ Explain = Annotated[bool, Field(description="also return the tokens as the model
                                 "used (alignment between the texts, evidence shares, or token weights)")]
 
 
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def close_field(name: str, known: tuple[str, ...]) -> str | None:
+    """The field of `known` that `name` looks like a misspelling of ("modle", "Text",
+    "hypothesys", "texts"), or None."""
+    if name in known:
+        return name
+    squashed = {_squash(k): k for k in known}
+    if _squash(name) in squashed:
+        return squashed[_squash(name)]
+    match = difflib.get_close_matches(_squash(name), list(squashed), n=1, cutoff=0.75)
+    return squashed[match[0]] if match else None
+
+
+def _open_schema(schema: dict[str, Any]) -> None:
+    schema.pop("additionalProperties", None)  # unknown fields are accepted (and ignored): see _Body
+
+
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    """A request body or one of its inputs. Unknown fields are ignored (clients add metadata:
+    "lang", "id", "request_id"), and listed in the answer's X-Attserve-Ignored-Fields header,
+    except one that is a near miss of a field of the endpoint ("modle", "Text"), or a field of
+    the other form or place (a "text" beside "inputs", a "model" inside an input): those stay
+    422, since ignoring them would change the answer without a word (docs/errors.md)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra=_open_schema)
+    # every field name the endpoint takes anywhere (set per task below)
+    endpoint_fields: ClassVar[tuple[str, ...]] = ()
+    _ignored: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _ignore_unknown(cls, data: Any, handler: Any) -> Any:
+        ignored: list[str] = []
+        if isinstance(data, dict):
+            ignored = [k for k in data if k not in cls.model_fields and close_field(k, cls.endpoint_fields) is None]
+            if ignored:
+                data = {k: v for k, v in data.items() if k not in ignored}
+        instance = handler(data)
+        if ignored:
+            instance._ignored = ignored
+        return instance
+
+    def ignored_fields(self) -> list[str]:
+        """The unknown fields dropped from this body, as JSON paths (inputs[2].source)."""
+        out = list(self._ignored)
+        for i, x in enumerate(getattr(self, "inputs", None) or ()):
+            out += [f"inputs[{i}].{name}" for name in x._ignored]
+        return out
 
 
 # --- inputs ---------------------------------------------------------------------------------
 
 class ClassifyInput(_Body):
+    endpoint_fields = ("text", "inputs", "model", "explain")
     text: Text
 
 
 class EntailmentInput(_Body):
+    endpoint_fields = ("premise", "hypothesis", "inputs", "model", "explain")
     premise: Text
     hypothesis: Text
 
 
 class VerifyInput(_Body):
+    endpoint_fields = ("claim", "evidence", "inputs", "model", "explain")
     claim: Text
     evidence: list[Text] = Field(min_length=1, description="evidence sentences; at most the model's max_evidence")
 
@@ -66,18 +119,21 @@ class VerifyRequest(VerifyInput):
 
 
 class ClassifyBatchRequest(_Body):
+    endpoint_fields = ClassifyInput.endpoint_fields
     inputs: list[ClassifyInput] = Field(min_length=1)
     model: ModelName = None
     explain: Explain = False
 
 
 class EntailmentBatchRequest(_Body):
+    endpoint_fields = EntailmentInput.endpoint_fields
     inputs: list[EntailmentInput] = Field(min_length=1)
     model: ModelName = None
     explain: Explain = False
 
 
 class VerifyBatchRequest(_Body):
+    endpoint_fields = VerifyInput.endpoint_fields
     inputs: list[VerifyInput] = Field(min_length=1)
     model: ModelName = None
     explain: Explain = False
@@ -160,6 +216,9 @@ class VerifyBatchPredictions(BaseModel):
 class ErrorDetail(BaseModel):
     code: str
     message: str
+    endpoints: list[str] | None = Field(None, description="404 not_found only: every endpoint, as \"METHOD /path\"")
+    allowed_methods: list[str] | None = Field(None, description="405 method_not_allowed only: the methods the path "
+                                              "takes (as the Allow header)")
 
 
 class ErrorBody(BaseModel):
@@ -207,6 +266,11 @@ class TaskInfo(BaseModel):
 class ModelList(BaseModel):
     models: list[ModelInfo]
     tasks: dict[str, TaskInfo] = Field(default_factory=dict)
+
+
+class LiveStatus(BaseModel):
+    status: Literal["alive"] = Field(description="the process is up and answering; says nothing about the models "
+                                     "(/health/ready does)")
 
 
 class Health(BaseModel):

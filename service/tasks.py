@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from service.errors import InvalidInput
+from service.errors import InvalidInput, set_by
 from service.runtime import Item, ModelRuntime
 from service.tokenization import TextTooLong, check_text
 
@@ -40,15 +40,17 @@ def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: i
         for field, text in named:
             where = prefix + field
             if len(text) > max_text_chars:
-                raise InvalidInput(f"{where}: {len(text)} characters; at most {max_text_chars}")
+                raise InvalidInput(f"{where}: {len(text)} characters; at most {max_text_chars} "
+                                   f"{set_by('max_text_chars')}")
             try:
                 check = check_text(text, min(max_text_chars, budget))
             except TextTooLong as exc:
                 if exc.limit < max_text_chars:
                     raise InvalidInput(f"{where}: the request's texts come to more than {max_request_chars} "
-                                       "characters after Unicode (NFKC) normalization") from None
+                                       "characters after Unicode (NFKC) normalization "
+                                       f"{set_by('max_request_chars')}") from None
                 raise InvalidInput(f"{where}: more than {max_text_chars} characters after Unicode (NFKC) "
-                                   "normalization") from None
+                                   f"normalization {set_by('max_text_chars')}") from None
             if not check.visible:
                 raise InvalidInput(f"{where}: no visible character after Unicode (NFKC) normalization "
                                    "(only whitespace, control or zero-width characters)")

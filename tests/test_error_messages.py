@@ -19,7 +19,13 @@ CASES = [
     # path, raw body, content-type, status, code, words the message must hold
     ("/classify", {"inputs": [{"text": "a"}], "text": "b"}, 422, "invalid_input",
      ["text:", "either one input or a batch", '"inputs"']),
-    ("/classify", {"text": "ok", "extra": 1}, 422, "invalid_input", ["extra: unknown field", '{"text": "..."}']),
+    # unknown fields are ignored (docs/errors.md), but not a near miss of a field the endpoint takes
+    ("/classify", {"text": "ok", "modle": "x"}, 422, "invalid_input",
+     ["modle: unknown field; did you mean 'model'?", '{"text": "..."}']),
+    ("/classify", {"text": "ok", "Explain": True}, 422, "invalid_input", ["Explain: unknown field; did you mean 'explain'?"]),
+    ("/entailment", {"premise": "a", "hypothesys": "b"}, 422, "invalid_input", ["did you mean 'hypothesis'?"]),
+    ("/classify", {"inputs": [{"text": "a", "model": "topic"}]}, 422, "invalid_input",
+     ["inputs[0].model: not expected inside an input", "top level"]),
     ("/classify", {"text": "   "}, 422, "invalid_input", ["text: text must not be empty or whitespace-only"]),
     ("/classify", {"text": 42}, 422, "invalid_input", ["text: expected a string, got a number"]),
     ("/classify", {"inputs": []}, 422, "invalid_input", ["inputs: empty list", "at least one"]),
@@ -82,3 +88,75 @@ def test_a_body_not_sent_as_json_is_named_as_such(answers, case, named):
     assert named in error["message"] and "content-type: application/json" in error["message"]
     assert "valid dictionary" not in error["message"]
     assert answers["ok"].status_code == 200  # the same body with the header is fine
+
+
+@pytest.fixture(scope="module")
+def missing_fields(service_bundles):
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles, max_batch_delay_ms=1)) as (app, client):
+            return [await _post(client, path, body) for path, body in (
+                ("/entailment", {}), ("/verify", {}), ("/entailment", {"inputs": [{}, {}]}),
+                ("/classify", {"inputs": [{}, {}, {}]}))]
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("case,problems", [
+    (0, ["premise: required field missing", "hypothesis: required field missing"]),
+    (1, ["claim: required field missing", "evidence: required field missing"]),
+    (2, ["inputs[0].premise: required", "inputs[0].hypothesis: required", "inputs[1].premise: required",
+         "and 1 more problems"]),
+    (3, ["inputs[0].text: required", "inputs[1].text: required", "inputs[2].text: required"]),
+])
+def test_missing_fields_name_each_problem_and_the_hint_once(missing_fields, case, problems):
+    """Two missing fields of one input, or the same field missing from every input, used to
+    repeat the same "send {...}" hint two or three times."""
+    message = missing_fields[case].json()["error"]["message"]
+    for problem in problems:
+        assert problem in message, (problem, message)
+    assert message.count("send ") == 1 and message.count('{"inputs": [') == 1, message
+    assert message.index("send ") > message.index(problems[-1])  # the hint closes the message
+
+
+def test_every_limit_error_names_the_setting_that_raises_it(service_bundles):
+    """413, too many inputs, texts too long (before or after NFKC, or together), an answer too
+    large, a full queue, /v2's limits: each message says which ATTSERVE_* variable raises the
+    limit. The evidence limit is the model's own (its config.json): the message says so."""
+    async def scenario():
+        limits = dict(max_inputs_per_request=2, max_text_chars=40, max_request_chars=60, max_answer_bytes=1024,
+                      max_body_bytes=4000)
+        out = {}
+        async with running_app(Settings(model_repository=service_bundles, max_batch_delay_ms=1, **limits)) as (app, client):
+            out["ATTSERVE_MAX_INPUTS_PER_REQUEST"] = await _post(client, "/classify", {"inputs": [{"text": "a"}] * 3})
+            out["ATTSERVE_MAX_TEXT_CHARS"] = await _post(client, "/classify", {"text": "a" * 41})
+            out["ATTSERVE_MAX_REQUEST_CHARS"] = await _post(client, "/classify",
+                                                            {"inputs": [{"text": "a " * 18}, {"text": "b " * 18}]})
+            out["ATTSERVE_MAX_ANSWER_BYTES"] = await _post(client, "/entailment", {
+                "inputs": [{"premise": "a man is playing", "hypothesis": "a man"}] * 2, "explain": True})
+            out["ATTSERVE_MAX_BODY_BYTES"] = await _post(client, "/classify", {"text": "a " * 3000})
+            out["v2 ATTSERVE_MAX_INPUTS_PER_REQUEST"] = await _post(client, "/v2/models/sentiment/infer", {
+                "inputs": [{"name": "text", "shape": [3], "datatype": "BYTES", "data": ["a", "b", "c"]}]})
+            out["v2 ATTSERVE_MAX_BODY_BYTES"] = await _post(client, "/v2/models/sentiment/infer", {"pad": "a " * 3000})
+            out["max_evidence"] = await _post(client, "/verify", {"claim": "a", "evidence": ["e"] * 6})
+        async with running_app(Settings(model_repository=service_bundles, max_queue=1)) as (app, client):
+            out["ATTSERVE_MAX_QUEUE"] = await _post(client, "/classify", {"inputs": [{"text": "a"}, {"text": "b"}]})
+        return out
+
+    answers = asyncio.run(scenario())
+    statuses = {"ATTSERVE_MAX_BODY_BYTES": 413, "v2 ATTSERVE_MAX_BODY_BYTES": 413, "ATTSERVE_MAX_QUEUE": 429}
+    for name, r in answers.items():
+        v2 = name.startswith("v2 ")
+        assert r.status_code == statuses.get(name, 422), (name, r.text)
+        message = r.json()["error"] if v2 else r.json()["error"]["message"]
+        if name == "max_evidence":
+            assert "takes at most 5 (its max_evidence" in message and "no ATTSERVE_ setting" in message, message
+        else:
+            assert f"(limit set by {name.removeprefix('v2 ')})" in message, (name, message)
+
+
+def test_the_limit_clause_names_real_settings():
+    from service.errors import set_by, setting_env
+
+    assert set_by("max_body_bytes") == "(limit set by ATTSERVE_MAX_BODY_BYTES)"
+    assert setting_env("request_timeout_ms") == "ATTSERVE_REQUEST_TIMEOUT_MS"
+    with pytest.raises(KeyError):
+        set_by("max_bodybytes")  # a typo in a message's setting fails at once, not in front of a client

@@ -199,6 +199,7 @@ def test_short_body_gets_408_within_the_body_timeout(service_bundles):
             return await _post_stalled(app, b'{"text": "hel', 100)
     status, body, seconds = asyncio.run(scenario())
     assert status == 408 and body["error"]["code"] == "request_timeout"
+    assert body["error"]["message"] == "request body not received within 0.3 s (limit set by ATTSERVE_BODY_TIMEOUT_S)"
     assert 0.25 < seconds < 1.0
 
 
@@ -279,6 +280,7 @@ def test_oversized_headers_get_431_and_the_server_keeps_serving(guarded_server):
         raw, _ = read_until_closed(sock, 3)
     status, body = json_error(raw)
     assert status == 431 and body["error"]["code"] == "headers_too_large"
+    assert "(limit set by ATTSERVE_MAX_HEADER_BYTES)" in body["error"]["message"]
     r = httpx.get(guarded_server.base + "/health/live", headers={"x-fine": "a" * 3000})
     assert r.status_code == 200
 
@@ -307,7 +309,8 @@ def test_silent_and_slowloris_connections_are_closed_at_the_header_timeout(guard
     silent.close()
     assert closed_after is not None and closed_after < 1.0, closed_after
     assert json_error(raw) == (408, {"error": {"code": "request_timeout",
-                                               "message": "request headers not received within 0.5 s"}})
+                                               "message": "request headers not received within 0.5 s "
+                                                          "(limit set by ATTSERVE_HEADER_TIMEOUT_S)"}})
     assert silent_s < 1.0
 
 
@@ -409,8 +412,10 @@ def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_buil
             assert "k >= 1" in v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 0], [])), 400)
             # rows over max_inputs_per_request (64) and k over the model's max_evidence (5): the
             # task API's statuses, before the data is read (none is sent)
-            assert "at most 64" in v2_error(await client.post(url, json=reliability.v2_verify_body([], [65], [65, 1], [])), 422)
-            assert "at most 5" in v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 6], [])), 422)
+            message = v2_error(await client.post(url, json=reliability.v2_verify_body([], [65], [65, 1], [])), 422)
+            assert "at most 64 per request (limit set by ATTSERVE_MAX_INPUTS_PER_REQUEST)" in message
+            message = v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 6], [])), 422)
+            assert "at most 5 (its max_evidence" in message and "no ATTSERVE_ setting raises it" in message
             # within the limits the same request shapes still run
             r = await client.post(url, json=reliability.v2_verify_body(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
             assert r.status_code == 200, r.text
@@ -470,7 +475,7 @@ def test_an_answer_over_max_answer_bytes_is_422_naming_the_setting(service_bundl
     plain, explained = asyncio.run(scenario())
     assert plain.status_code == 200 and len(plain.content) < 4_000
     message = error_of(explained, 422, "answer_too_large")
-    assert "ATTSERVE_MAX_ANSWER_BYTES (4000)" in message and "explain" in message
+    assert "over 4000 (limit set by ATTSERVE_MAX_ANSWER_BYTES)" in message and "explain" in message
 
 
 # --- issue 33: an answer nobody reads is dropped at the write timeout ------------------------------

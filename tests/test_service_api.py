@@ -147,7 +147,8 @@ def test_default_model_from_settings_and_truncation(service_bundles):
 def test_models_metrics_and_docs(service_bundles):
     async def scenario():
         async with running_app(settings(service_bundles, docs=True)) as (app, client):
-            assert (await client.get("/health/live")).json() == {"status": "alive", "models": {}}
+            # liveness says only that the process answers; the models are /health/ready's
+            assert (await client.get("/health/live")).json() == {"status": "alive"}
             ready = await client.get("/health/ready")
             assert ready.status_code == 200 and set(ready.json()["models"]) == {"nli", "fever", "sentiment", "topic"}
 
@@ -179,6 +180,14 @@ def test_models_metrics_and_docs(service_bundles):
             spec = (await client.get("/openapi.json")).json()
             assert {"/entailment", "/verify", "/classify", "/v1/models", "/health/ready"} <= set(spec["paths"])
             assert (await client.get("/docs")).status_code == 200
+            # a 404 lists the endpoints, /docs included where it is enabled
+            listed = assert_error(await client.get("/nope"), 404, "not_found")["error"]["endpoints"]
+            assert {"POST /classify", "POST /entailment", "POST /verify", "GET /v1/models", "GET /health/live",
+                    "GET /health/ready", "GET /metrics", "GET /ui", "GET /docs", "GET /openapi.json",
+                    "POST /v2/models/{name}/infer"} <= set(listed)
+            assert spec["paths"]["/health/live"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] \
+                == {"$ref": "#/components/schemas/LiveStatus"}
+            assert set(spec["components"]["schemas"]["LiveStatus"]["properties"]) == {"status"}
 
     asyncio.run(scenario())
 
@@ -190,7 +199,7 @@ def test_invalid_input_errors(service_bundles):
                 ("/classify", {"text": "   "}, "invalid_input"),
                 ("/classify", {"text": ""}, "invalid_input"),
                 ("/classify", {"text": 42}, "invalid_input"),
-                ("/classify", {"text": "ok", "extra": 1}, "invalid_input"),
+                ("/classify", {"text": "ok", "modle": "topic"}, "invalid_input"),
                 ("/classify", {"inputs": []}, "invalid_input"),
                 ("/classify", {"inputs": [{"text": "a"}, {"text": "\t"}]}, "invalid_input"),
                 ("/entailment", {"premise": "a"}, "invalid_input"),
@@ -208,8 +217,25 @@ def test_invalid_input_errors(service_bundles):
                 assert_error(await client.post(path, json=body), 422, code)
             r = await client.post("/classify", content=b"{not json", headers={"content-type": "application/json"})
             assert_error(r, 422, "invalid_input")
-            assert_error(await client.get("/no/such/route"), 404, "not_found")
-            assert_error(await client.get("/classify"), 405, "method_not_allowed")
+            missing = assert_error(await client.get("/no/such/route"), 404, "not_found")["error"]
+            assert "GET /no/such/route" in missing["message"] and "POST /classify" in missing["message"]
+            assert "POST /classify" in missing["endpoints"] and "GET /v1/models" in missing["endpoints"]
+            assert "GET /docs" not in missing["endpoints"]  # ATTSERVE_DOCS is off here
+            wrong = await client.get("/classify")
+            assert wrong.headers["allow"] == "POST"
+            error = wrong.json()["error"]
+            assert error["code"] == "method_not_allowed" and error["allowed_methods"] == ["POST"]
+            assert error["message"] == "GET is not allowed on /classify; it takes POST"
+            error = (await client.delete("/v1/models")).json()["error"]
+            assert error["allowed_methods"] == ["GET"] and "DELETE is not allowed on /v1/models" in error["message"]
+            # a missing static file of the page: the same JSON 404
+            assert assert_error(await client.get("/ui/no-such-file.js"), 404, "not_found")["error"]["endpoints"]
+            # the Open Inference Protocol keeps its own error form, with its endpoints in the message
+            v2 = await client.get("/v2/no/such/route")
+            assert v2.status_code == 404 and set(v2.json()) == {"error"} and isinstance(v2.json()["error"], str)
+            assert "POST /v2/models/{name}/infer" in v2.json()["error"] and "/classify" not in v2.json()["error"]
+            v2 = await client.get("/v2/models/nli/infer")
+            assert v2.status_code == 405 and v2.json() == {"error": "GET is not allowed on /v2/models/nli/infer; it takes POST"}
             # nothing bad reached a batch
             text = (await client.get("/metrics")).text
             assert sum(metric_samples(text, "attserve_batch_size_count").values()) == 0
@@ -221,7 +247,8 @@ def test_body_too_large(service_bundles):
     async def scenario():
         async with running_app(settings(service_bundles, max_body_bytes=300)) as (app, client):
             big = {"text": "word " * 100}
-            assert_error(await client.post("/classify", json=big), 413, "body_too_large")
+            error = assert_error(await client.post("/classify", json=big), 413, "body_too_large")["error"]
+            assert error["message"] == "request body over 300 bytes (limit set by ATTSERVE_MAX_BODY_BYTES)"
 
             async def chunks():  # no Content-Length: the streamed size decides
                 for _ in range(10):
@@ -344,3 +371,39 @@ def test_queue_time_header_includes_the_batch_delay(service_bundles):
         assert queue >= delay_ms - 0.01, (total, queue, inference)
         assert queue < delay_ms + 2000, (total, queue, inference)
         assert_timing_headers(r)
+
+
+def test_unknown_fields_are_ignored_and_named_in_a_header(service_bundles):
+    """Clients add metadata ("lang", "request_id"): an unknown field is ignored and named in
+    X-Attserve-Ignored-Fields (docs/errors.md); a near miss of a real field stays a 422
+    (test_error_messages)."""
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            plain = await client.post("/classify", json={"text": "the team won"})
+            assert plain.status_code == 200 and "x-attserve-ignored-fields" not in plain.headers
+            extra = await client.post("/classify", json={"text": "the team won", "lang": "en", "request_id": 7})
+            assert extra.status_code == 200, extra.text
+            assert extra.headers["x-attserve-ignored-fields"] == "lang, request_id"
+            assert extra.json() == plain.json()
+
+            batch = await client.post("/classify", json={"inputs": [{"text": "a man", "source": "x"}, {"text": "b"}],
+                                                         "meta": {"a": 1}})
+            assert batch.status_code == 200, batch.text
+            assert batch.headers["x-attserve-ignored-fields"] == "meta, inputs[0].source"
+            for path, body in (("/entailment", {"premise": "a man", "hypothesis": "a man", "lang": "en"}),
+                               ("/verify", {"claim": "a dog", "evidence": ["a dog runs"], "lang": "en"})):
+                r = await client.post(path, json=body)
+                assert r.status_code == 200 and r.headers["x-attserve-ignored-fields"] == "lang", r.text
+            # a header value takes no newline: names are escaped, cut, and at most 10 listed
+            odd = {"text": "a man", "a\r\nb": 1, "\u00e9t\u00e9": 2, "x" * 100: 3, **{f"k{i}": i for i in range(10)}}
+            header = (await client.post("/classify", json=odd)).headers["x-attserve-ignored-fields"]
+            assert header.startswith("a\\r\\nb, \\xe9t\\xe9, " + "x" * 40 + ", k0") and header.endswith("and 3 more")
+            # a misplaced or misspelled field is still refused
+            for body in ({"inputs": [{"text": "a"}], "text": "b"}, {"text": "a", "modle": "topic"},
+                         {"inputs": [{"text": "a", "explain": True}]}):
+                assert_error(await client.post("/classify", json=body), 422, "invalid_input")
+
+            schema = (await client.get("/openapi.json")).json()["components"]["schemas"]
+            assert "additionalProperties" not in schema["ClassifyRequest"]
+
+    asyncio.run(scenario())
