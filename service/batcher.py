@@ -52,6 +52,7 @@ class Done:
     batch_id: int
     truncated: bool  # a text of this input was cut to the model's max length
     tokens: dict | None = None  # explain: the tokens the model read and counts of the cut ones (service.tasks.token_ids)
+    unknown_share: float = 0.0  # share of the tokens read that are outside the vocabulary
 
 
 @dataclass
@@ -74,6 +75,7 @@ class _Waiting:
     deadline: float  # loop.time()
     truncated: bool = False
     tokens: dict | None = None  # set when the caller asked for an explanation
+    unknown_share: float = 0.0
 
 
 @dataclass
@@ -270,7 +272,8 @@ class Batcher:
                 if not s.future.done():
                     s.future.set_exception(InvalidInput(f"{s.where}: {e.error}"))
             else:
-                self._state.queue.append(_Waiting(e.item, s.future, s.enqueued, s.deadline, e.truncated, e.tokens))
+                self._state.queue.append(_Waiting(e.item, s.future, s.enqueued, s.deadline, e.truncated, e.tokens,
+                                                  e.unknown_share))
         self._depth.set(self._state.count)
 
     async def _run(self, taken: list[_Waiting]) -> None:
@@ -303,4 +306,4 @@ class Batcher:
         for waiting, output in zip(live, outputs, strict=True):
             if not waiting.future.done():
                 waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id, waiting.truncated,
-                                               waiting.tokens))
+                                               waiting.tokens, waiting.unknown_share))

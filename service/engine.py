@@ -4,7 +4,7 @@ runtime, its queue (service.batcher) and the task adapter (service.tasks), behin
     engine = Engine(runtime, settings, metrics)
     engine.start()                                   # in the event loop that will submit
     answers = await engine.submit(inputs, deadline=loop.time() + 1.0)
-    answers.results[i]  # {"label", "scores", "model", "truncated"[, "evidence_scores"][, "explanation"]}
+    answers.results[i]  # {"label", "scores", "model", "truncated", "unknown_token_share"[, "evidence_scores"][, "explanation"]}
 
 An input is any object with the task's fields as attributes (service.tasks). `submit` checks
 the model's limits and the texts (4xx errors from service.errors, before any tokenizing),
@@ -161,7 +161,8 @@ class Engine:
 
     def render(self, done: Sequence[Done]) -> Answers:
         """The answer of each input: label, scores by label, the model, whether a text was
-        cut to the max length; evidence scores for claims; the explanation when asked for."""
+        cut to the max length, the share of its tokens outside the vocabulary; evidence scores
+        for claims; the explanation when asked for."""
         labels = self.config.labels
         verification = self.config.task == "verification"
         spec = self.config.explanation
@@ -171,7 +172,7 @@ class Engine:
         results = []
         for d in done:
             answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs)),
-                      "model": self.name, "truncated": d.truncated}
+                      "model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
             if verification:
                 answer["evidence_scores"] = d.output.evidence_scores
             if d.tokens is not None:

@@ -198,6 +198,10 @@ class Prediction(BaseModel):
     scores: dict[str, float] = Field(description="probability of each label, summing to 1")
     model: str
     truncated: bool = Field(description="true when a text of this input was cut to the model's max length")
+    unknown_token_share: float = Field(
+        ge=0, le=1, description="share of this input's tokens (those the model read, every text together) that are "
+        "outside the model's vocabulary ([UNK] or a hashed out-of-vocabulary bucket), to 4 decimals: a high share "
+        "flags text unlike the model's training data, whatever the scores say (docs/answers.md)")
     explanation: Explanation | None = Field(None, description="only when the request asked for it (explain: true)")
 
 

@@ -66,14 +66,21 @@ class Encoded:
     truncated: bool
     error: str | None = None
     tokens: dict | None = None  # asked for an explanation: its token part (token_ids)
+    unknown_share: float = 0.0  # share of the tokens the model reads that are outside its vocabulary
+
+
+def unknown_share(unknown: int, total: int) -> float:
+    """The answers' `unknown_token_share`: unknown / total tokens read, to 4 decimals."""
+    return round(unknown / total, 4) if total else 0.0
 
 
 def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
-              explain: Sequence[bool] | None = None) -> list[tuple[tuple, bool, dict | None]]:
+              explain: Sequence[bool] | None = None) -> list[tuple[tuple, bool, dict | None, float]]:
     """Token ids per graph input of each input (evidence: a list of id lists), whether it
-    lost tokens, and (`explain[i]`) the token part of its explanation, from the same
+    lost tokens, (`explain[i]`) the token part of its explanation, from the same
     tokenization: `{"tokens": {field: the tokens the model read}, "cut_tokens": {field: how
-    many it did not}}` (evidence: one entry per sentence); one `encode_batch` per field over
+    many it did not}}` (evidence: one entry per sentence), and the share of the tokens it
+    reads (every field) that are outside the vocabulary; one `encode_batch` per field over
     all the inputs."""
     config = runtime.config
     fields = TASK_FIELDS[config.task]
@@ -81,6 +88,7 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
     truncated = [False] * len(inputs)
     wanted = list(explain) if explain is not None else [False] * len(inputs)
     tokens: list[dict | None] = [{"tokens": {}, "cut_tokens": {}} if w else None for w in wanted]
+    unknown, total = [0] * len(inputs), [0] * len(inputs)
     for field, input_name in zip(fields, config.inputs):
         max_length = config.max_lengths[input_name]
         if field == "evidence":
@@ -91,6 +99,8 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
                 n = len(x.evidence)
                 groups.append(encoded.ids[at : at + n])
                 truncated[i] |= any(encoded.cut[at : at + n])
+                unknown[i] += sum(encoded.unknown[at : at + n])
+                total[i] += sum(encoded.lengths[at : at + n])
                 if tokens[i] is not None:
                     tokens[i]["tokens"][field] = encoded.tokens[at : at + n]
                     tokens[i]["cut_tokens"][field] = encoded.cut[at : at + n]
@@ -101,10 +111,13 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
             per_field.append(encoded.ids)
             for i, cut in enumerate(encoded.cut):
                 truncated[i] |= cut > 0
+                unknown[i] += encoded.unknown[i]
+                total[i] += len(encoded.ids[i])
                 if tokens[i] is not None:
                     tokens[i]["tokens"][field] = encoded.tokens[i]
                     tokens[i]["cut_tokens"][field] = cut
-    return [(tuple(column[i] for column in per_field), truncated[i], tokens[i]) for i in range(len(inputs))]
+    return [(tuple(column[i] for column in per_field), truncated[i], tokens[i], unknown_share(unknown[i], total[i]))
+            for i in range(len(inputs))]
 
 
 def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool] | None = None) -> list[Encoded]:
@@ -112,10 +125,10 @@ def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool]
     thread for everything that queued since its last batch); `explain[i]` adds input i's tokens."""
     out = []
     task = runtime.config.task
-    for row, truncated, tokens in token_ids(runtime, inputs, explain):
+    for row, truncated, tokens, share in token_ids(runtime, inputs, explain):
         texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
         if any(len(t) == 0 for t in texts):
             out.append(Encoded(None, truncated, "a text has no tokens after normalisation"))
         else:
-            out.append(Encoded(runtime.make_item(row), truncated, tokens=tokens))
+            out.append(Encoded(runtime.make_item(row), truncated, tokens=tokens, unknown_share=share))
     return out

@@ -44,11 +44,13 @@ SHORT_TEXT_CHARS = 2048
 class Encoded:
     """A list of token-id lists, each cut to the max length; `cut[i]`, how many tokens text i
     lost to it; `tokens[i]`, when text i was asked to be described, the tokens the model sees
-    (`TextEncoder.encode(..., describe=...)`: the kept ones only)."""
+    (`TextEncoder.encode(..., describe=...)`: the kept ones only); `unknown[i]`, how many of
+    text i's kept tokens are outside the vocabulary (`TextEncoder.is_unknown`)."""
 
     ids: list[list[int]]
     cut: list[int]
     tokens: list[list[dict] | None] | None = None
+    unknown: list[int] | None = None
 
     @property
     def truncated(self) -> list[bool]:
@@ -72,10 +74,20 @@ class TextEncoder:
         self.tokenizer = tokenizer
         self.unk_id = tokenizer.token_to_id(UNK_TOKEN)
         self.oov_base, self.oov_buckets = _oov_range(tokenizer)
+        self._unknown = frozenset(self.unknown_ids())
 
     def unknown_ids(self) -> list[int]:
         """Ids a word outside the vocabulary can get: [UNK] and the hash buckets."""
         return [self.unk_id, *range(self.oov_base, self.oov_base + self.oov_buckets)]
+
+    def is_unknown(self, token_id: int) -> bool:
+        """Whether a (hashed) id is one of `unknown_ids()`: what explanations mark `unknown`."""
+        return token_id in self._unknown
+
+    def count_unknown(self, ids: Sequence[int]) -> int:
+        """How many of `ids` (hashed) are `is_unknown`: what answers report as
+        `unknown_token_share` (the set's own membership test, mapped in C)."""
+        return sum(map(self._unknown.__contains__, ids))
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TextEncoder":
@@ -89,7 +101,7 @@ class TextEncoder:
         """Token ids of each text, truncated to `max_length`; with `describe`, also the tokens
         of the texts it flags, from the same tokenization (`describe_tokens`)."""
         if not texts:
-            return Encoded([], [])
+            return Encoded([], [], None, [])
         describing = describe is not None and any(describe)
         if len(texts) == 1 and len(texts[0]) <= SHORT_TEXT_CHARS:
             encodings = [self.tokenizer.encode(texts[0], add_special_tokens=False)]
@@ -111,7 +123,12 @@ class TextEncoder:
         if describing:
             tokens = [self.describe_tokens(text, e, row, max_length) if wanted else None
                       for text, e, row, wanted in zip(texts, encodings, ids, describe, strict=True)]
-        return Encoded([x[:max_length] for x in ids], cut, tokens)
+        kept = [x[:max_length] for x in ids]
+        # a word outside the vocabulary is [UNK] before hashing: a text without one (a scan in C)
+        # costs nothing more; the others count their kept ids
+        unknown = [self.count_unknown(row) if self.unk_id in e.ids else 0
+                   for e, row in zip(encodings, kept, strict=True)]
+        return Encoded(kept, cut, tokens, unknown)
 
     def _hash_unknown(self, text: str, encoding) -> list[int]:
         ids = encoding.ids
@@ -132,12 +149,11 @@ class TextEncoder:
         text), the character span [start, end) in `text` and whether it is outside the
         vocabulary. The tokens past the max length are not described (a 100,000-character
         text would describe 100,000 tokens); the caller counts them (`Encoded.cut`)."""
-        unknown = set(self.unknown_ids())
         normalizer = self.tokenizer.normalizer
         out = []
         for token, (start, end), token_id in zip(encoding.tokens[:max_length], encoding.offsets[:max_length],
                                                  ids[:max_length]):
-            is_unknown = token_id in unknown
+            is_unknown = self.is_unknown(token_id)
             if is_unknown:
                 span = text[start:end]
                 token = normalizer.normalize_str(span) if normalizer is not None else span

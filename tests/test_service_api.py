@@ -31,6 +31,7 @@ def assert_prediction(answer: dict, model: str) -> None:
     assert all(0.0 <= p <= 1.0 for p in answer["scores"].values())
     assert answer["label"] == max(answer["scores"], key=answer["scores"].get)
     assert isinstance(answer["truncated"], bool)
+    assert 0.0 <= answer["unknown_token_share"] <= 1.0
 
 
 def assert_error(response: httpx.Response, status: int, code: str) -> dict:
@@ -371,6 +372,46 @@ def test_queue_time_header_includes_the_batch_delay(service_bundles):
         assert queue >= delay_ms - 0.01, (total, queue, inference)
         assert queue < delay_ms + 2000, (total, queue, inference)
         assert_timing_headers(r)
+
+
+def test_unknown_token_share_counts_the_tokens_outside_the_vocabulary(service_bundles):
+    """Every answer says what share of the tokens the model read are outside its vocabulary
+    ([UNK] or a hashed bucket), every text of the input together: the tokens the explanation
+    marks `unknown`, counted from the ids already encoded."""
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            async def share(path, body):
+                r = await client.post(path, json=body)
+                assert r.status_code == 200, r.text
+                return r.json()
+
+            assert (await share("/classify", {"text": "a man is playing a guitar on the stage ."}))["unknown_token_share"] == 0.0
+            assert (await share("/classify", {"text": "zqxj vbnmq wrtpl"}))["unknown_token_share"] == 1.0
+            answer = await share("/classify", {"text": "a man is playing a zzqx", "explain": True})
+            assert answer["unknown_token_share"] == round(1 / 6, 4)
+            tokens = answer["explanation"]["tokens"]["text"]
+            assert answer["unknown_token_share"] == round(sum(t["unknown"] for t in tokens) / len(tokens), 4)
+            # verification: the claim and every evidence sentence together (3 + 2 + 3 tokens, 2 unknown)
+            answer = await share("/verify", {"claim": "two dogs run", "evidence": ["qqqq zzzz", "the team won"]})
+            assert answer["unknown_token_share"] == 0.25
+            # pairs: premise and hypothesis together (5 + 2 tokens, 2 unknown); batch answers carry it too
+            batch = await share("/entailment", {"inputs": [{"premise": "a man is playing music", "hypothesis": "xxqv zzqv"},
+                                                           {"premise": "a man", "hypothesis": "a man"}]})
+            assert [r["unknown_token_share"] for r in batch["results"]] == [round(2 / 7, 4), 0.0]
+            # only the tokens the model reads count (max length 32 here): in-vocabulary words, then gibberish past it
+            long = await share("/classify", {"text": "the team won " * 10 + "qqqq " * 50})
+            assert long["truncated"] and long["unknown_token_share"] == round(2 / 32, 4)
+
+            schema = (await client.get("/openapi.json")).json()["components"]["schemas"]
+            for name in ("Prediction", "VerifyPrediction"):
+                field = schema[name]["properties"]["unknown_token_share"]
+                assert "unknown_token_share" in schema[name]["required"]
+                assert "vocabulary" in field["description"] and field["maximum"] == 1
+            # the Open Inference Protocol's outputs stay the protocol's
+            meta = (await client.get("/v2/models/topic")).json()
+            assert "unknown_token_share" not in {o["name"] for o in meta["outputs"]}
+
+    asyncio.run(scenario())
 
 
 def test_unknown_fields_are_ignored_and_named_in_a_header(service_bundles):
