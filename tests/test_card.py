@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -374,3 +375,38 @@ def test_tfidf_baseline_scores_the_ood_sets(tmp_path):
     assert ood["fever-symmetric"]["accuracy"] == 1.0 and ood["fever-symmetric"]["accuracy_two_way"] == 1.0
     assert ood["rte"]["majority"] == pytest.approx(2 / 3) and ood["snli-dev"]["majority"] == pytest.approx(1 / 3)
     assert "ood_dev" not in run_baseline(splits)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--dataset", "no-such-data"], "unknown dataset 'no-such-data'"),  # not a named dataset
+    (["--dataset", "sick"], "sick"),  # a named dataset whose local files are missing
+    (["--dataset", "bbc", "--recipe", "examples/own-data/recipe.toml"], "not both"),
+    (["--recipe", "no/such/recipe.toml"], "no/such/recipe.toml"),
+])
+def test_card_errors_are_one_line_and_a_non_zero_exit(service_bundles, tmp_path, monkeypatch, args, expected):
+    """`attserve card` on data it cannot read (issue 35): one `error:` line naming the cause, exit 2,
+    no traceback, config.json untouched."""
+    import subprocess
+    import sys
+
+    bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
+    before = (bundle / "config.json").read_text()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "ATTSERVE_BENCHMARK_DIR": str(tmp_path / "empty")}
+    done = subprocess.run([sys.executable, "-m", "cli.main", "card", str(bundle), "--no-progress", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], done.stderr[-2000:]
+    assert (bundle / "config.json").read_text() == before
+
+
+def test_a_bundle_trained_from_files_asks_for_its_recipe():
+    from training.card import resolve_dataset
+
+    raw = {"name": "support-tickets", "task": "classification",
+           "data_checksums": {"train.csv": "0" * 64, "dev.csv": "1" * 64, "test.csv": "2" * 64}}
+    with pytest.raises(ValueError, match=r"support-tickets was trained from your own files \(train.csv, dev.csv, test.csv\): pass --recipe"):
+        resolve_dataset(raw, Path("/somewhere/support-tickets"), recipes_dir=Path("/nonexistent"))
+    assert resolve_dataset({"data_checksums": {"tweets/x.csv": "0" * 64}}, Path("b"), recipes_dir=Path("/nonexistent")) == "tweets"

@@ -57,6 +57,42 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, mon
     again = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
     assert again.exit_code == 2 and "--force" in again.output
 
+    # `attserve card` on your own model (issue 35): without the recipe it says what to pass, in
+    # one line; with it, it scores the recipe's own dev/test files and fits the temperature on dev
+    bundle = own / "support-tickets"
+    config_before = (bundle / "config.json").read_text()
+    no_recipe = subprocess.run([sys.executable, "-m", "cli.main", "card", str(bundle), "--no-progress"], cwd=ROOT,
+                               env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert no_recipe.returncode == 2, no_recipe.stderr[-2000:]
+    assert "Traceback" not in no_recipe.stderr and "--recipe" in no_recipe.stderr and "train.csv" in no_recipe.stderr
+    assert len([line for line in no_recipe.stderr.splitlines() if line.startswith("error:")]) == 1
+    assert (bundle / "config.json").read_text() == config_before  # nothing written
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("train.csv", "test.csv"):
+        (broken / name).write_bytes((EXAMPLE / name).read_bytes())
+    (broken / "recipe.toml").write_text((EXAMPLE / "recipe.toml").read_text())  # its dev.csv is missing
+    missing = runner.invoke(app, ["card", str(bundle), "--recipe", str(broken / "recipe.toml"), "--no-progress"])
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
+    assert "dev file" in missing.output and "dev.csv" in missing.output and "does not exist" in missing.output
+    carded = runner.invoke(app, ["card", str(bundle), "--recipe", str(EXAMPLE / "recipe.toml"), "--no-progress"])
+    assert carded.exit_code == 0, carded.output[-3000:]
+    import json
+
+    card = json.loads((bundle / "config.json").read_text())["card"]
+    dev_rows = len((EXAMPLE / "dev.csv").read_text().strip().splitlines()) - 1
+    test_rows = len((EXAMPLE / "test.csv").read_text().strip().splitlines()) - 1
+    assert card["in_domain"]["dev"]["examples"] == dev_rows and card["in_domain"]["test"]["examples"] == test_rows
+    assert card["in_domain"]["test"]["accuracy"] >= 0.75  # the tiny demo model separates billing from delivery
+    temperature = card["calibration"]["temperature"]
+    assert card["calibration"]["fitted_on"] == "in-domain dev" and 0 < temperature < 50
+    if card["in_domain"]["dev"]["accuracy"] == 1.0:  # every dev answer right: the NLL wants sharper answers
+        assert temperature < 1
+    assert card["calibration"]["ece_after"]["in_domain_dev"] <= card["calibration"]["ece_before"]["in_domain_dev"] + 1e-9
+    assert card["training_data"]["dataset"] == "support-tickets"
+    assert card["training_data"]["files"]["dev"] == {"file": "dev.csv", "same_as_training": True}
+    assert str(ROOT) not in json.dumps(card) and str(tmp_path) not in json.dumps(card)  # file names only
+
     async def scenario():
         settings = Settings(model_repository=f"{own},{DEFAULT_MODEL_REPOSITORY}",
                             models=["support-tickets", "bbc-act"], max_batch_delay_ms=1)

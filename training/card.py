@@ -13,6 +13,12 @@ lengths), and reports:
   it on every set; the service divides logits by it before the softmax;
 - known failure modes (free text, given by the caller).
 
+The data: the bundle's named dataset (config.json, recipes/<name>.toml or its data checksums), or
+`recipe=` (`attserve card BUNDLE --recipe RECIPE.toml`): the recipe's [data], which for a model
+trained on your own files means its dev split fits the temperature and its test split is scored.
+The card then names the files (file names only, and whether each is the file the bundle was
+trained on, by its checksum), never their directories.
+
 `write_card` stores it as `card` in config.json, keeping every other key; no checksum covers
 config.json (only model.onnx and tokenizer.json are hashed), and the result is validated by
 `service.bundle` before it replaces the file. No torch is needed.
@@ -64,12 +70,52 @@ def resolve_dataset(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Path = R
             dataset = tomllib.loads(recipe.read_text(encoding="utf-8")).get("data", {}).get("dataset")
             if dataset:
                 return str(dataset)
-    sources = {key.split("/", 1)[0] for key in raw.get("data_checksums", {})}
+    checksums = raw.get("data_checksums", {})
+    sources = {key.split("/", 1)[0] for key in checksums}
     if sources == {"snli"}:
         return "snli-verification" if raw.get("task") == "verification" else "snli"
     if len(sources) == 1 and sources <= {"bbc", "tweets"}:
         return sources.pop()
-    raise ValueError(f"{bundle_dir}: cannot tell the training dataset (no recipe/data section, no recipes/{bundle_dir.name}.toml); pass --dataset")
+    files = [key for key in checksums if "/" not in key]
+    if files:  # load_from_files keys its checksums by bare file name: the user's own files
+        raise ValueError(f"{bundle_dir.name} was trained from your own files ({', '.join(files)}): pass --recipe RECIPE.toml "
+                         "(the recipe it was trained with) to score its dev and test files")
+    raise ValueError(f"{bundle_dir.name}: cannot tell the training dataset (no recipes/{bundle_dir.name}.toml); "
+                     "pass --recipe RECIPE.toml (your own files) or --dataset NAME (a named dataset)")
+
+
+def recipe_splits(recipe: Any, cache_dir: str | Path | None = None) -> DatasetSplits:
+    """The splits of a recipe's [data]: its named dataset, or its train/dev/test files (as
+    `training.trainer.load_splits` reads them, without importing torch). A missing file is a
+    FileNotFoundError that names the recipe key."""
+    from training.datasets import load_dataset, load_from_files
+
+    data = recipe.data
+    if data.dataset is not None:
+        return load_dataset(data.dataset, cache_dir=cache_dir)
+    for key in ("train", "dev", "test"):
+        path = getattr(data, key)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"recipe {recipe.name}: its [data] {key} file {path} does not exist")
+    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name)
+
+
+def _recipe_files(recipe: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """File names (never directories) of a recipe's [data] files, and whether each is the file
+    the bundle was trained on (its sha256 in the bundle's data_checksums; None: not recorded)."""
+    from training.datasets import sha256_file
+
+    data = recipe.data
+    checksums = raw.get("data_checksums", {})
+    files: dict[str, Any] = {"format": data.format}
+    for key in ("train", "dev", "test"):
+        name = Path(getattr(data, key)).name
+        recorded = checksums.get(name)
+        same = None if recorded is None else sha256_file(Path(getattr(data, key))) == recorded
+        if same is False:
+            log.warning("not the file the bundle was trained on", extra={"file": name, "split": key})
+        files[key] = {"file": name, "same_as_training": same}
+    return files
 
 
 # --- running the graph ----------------------------------------------------------------------
@@ -193,15 +239,29 @@ def build_card(
     threads: int = 1,
     progress: bool = True,
     splits: DatasetSplits | None = None,
+    recipe: Any = None,
 ) -> dict[str, Any]:
     """The `card` object for the bundle at `bundle_dir` (see the module docstring). The
     temperature is fitted on the in-domain `dev_split`; `failure_modes` None keeps the
-    bundle's existing list. `splits` (already loaded data) skips the dataset lookup."""
+    bundle's existing list. `splits` (already loaded data) skips the dataset lookup; `recipe`
+    (a training.recipes.Recipe, or a path to one) reads its [data]: a named dataset or the
+    user's own train/dev/test files."""
     started = time.perf_counter()
     bundle_dir = Path(bundle_dir)
     bundle = load_bundle(bundle_dir)
     config = bundle.config
     raw = json.loads((bundle_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    files: dict[str, Any] | None = None
+    if recipe is not None and splits is None:
+        if dataset is not None:
+            raise ValueError("give --recipe or --dataset, not both")
+        if isinstance(recipe, (str, Path)):
+            from training.recipes import load_recipe
+
+            recipe = load_recipe(recipe)
+        splits = recipe_splits(recipe, cache_dir)
+        if recipe.data.dataset is None:
+            files = _recipe_files(recipe, raw)
     if splits is None:
         from training.datasets import load_dataset
 
@@ -251,7 +311,8 @@ def build_card(
     if failure_modes is None:
         failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
     card = {
-        "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description},
+        "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description,
+                          **({"files": files} if files is not None else {})},
         "in_domain": {"dev": in_domain["dev"], "test": in_domain["test"]},
         "ood_dev": ood_metrics,
         "unknown_token_share": unknown_share,
@@ -291,4 +352,4 @@ def write_card(bundle_dir: str | Path, card: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["build_card", "write_card", "resolve_dataset", "score_examples", "unknown_ids"]
+__all__ = ["build_card", "write_card", "recipe_splits", "resolve_dataset", "score_examples", "unknown_ids"]

@@ -198,6 +198,7 @@ def card(
     failure_mode: Annotated[Optional[list[str]], typer.Option("--failure-mode", help="A known failure mode (repeatable); replaces the card's list.")] = None,
     failure_modes_file: Annotated[Optional[Path], typer.Option("--failure-modes-file", exists=True, dir_okay=False, help="JSON list of known failure modes; replaces the card's list.")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="Training dataset name (default: from config.json, recipes/<name>.toml or the data checksums).")] = None,
+    recipe: Annotated[Optional[Path], typer.Option("--recipe", dir_okay=False, help="The recipe the model was trained with: the card scores its [data] (your own dev/test files, or its named dataset).")] = None,
     max_ood_examples: Annotated[Optional[int], typer.Option(help="Score a fixed-seed subset of each OOD set (smoke runs).")] = None,
     threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads.")] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the card, do not write config.json.")] = False,
@@ -217,8 +218,15 @@ def card(
         modes = loaded
     if failure_mode:
         modes = [*(modes or []), *failure_mode]
-    result = build_card(bundle, dev_split=dev_split, ood_dir=ood_dir, failure_modes=modes, dataset=dataset,
-                        cache_dir=data_dir, max_ood_examples=max_ood_examples, threads=threads, progress=progress)
+    from service.bundle import BundleError
+
+    try:
+        result = build_card(bundle, dev_split=dev_split, ood_dir=ood_dir, failure_modes=modes, dataset=dataset,
+                            cache_dir=data_dir, max_ood_examples=max_ood_examples, threads=threads, progress=progress,
+                            recipe=recipe)
+    except (ValueError, OSError, RuntimeError, BundleError) as exc:  # no data, wrong data, bad recipe: one line, no traceback
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(2) from None
     if result["ood_dev"]:
         _print_ood(f"{bundle.name}: out-of-domain dev", result["ood_dev"])
     calibration = result["calibration"]
