@@ -28,3 +28,13 @@ def test_own_data_commands_use_the_venv_that_make_installs():
 def test_train_force_rule_is_documented():
     section = _own_data_section()
     assert "`attserve train` does the same for an existing checkpoint directory" in section
+
+
+def test_the_readme_minimal_recipe_is_the_schema_one():
+    """The README's minimal recipe block is training.recipes.MINIMAL_RECIPE character for
+    character (whose defaults tests/test_recipes.py checks), so the two cannot drift apart."""
+    from training.recipes import MINIMAL_RECIPE
+
+    section = _own_data_section()
+    block = section[section.index("```toml\n") + 8:]
+    assert block[:block.index("```")] == MINIMAL_RECIPE
