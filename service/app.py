@@ -369,8 +369,8 @@ class RequestMetricsMiddleware:
                 # no answer sent: the client left (nginx's 499), else the app failed (500)
                 status = CLIENT_CLOSED if disconnected else 500
             model = state.get("attserve_model", "")
-            self.metrics.requests.labels(endpoint=endpoint, model=model, status=str(status)).inc()
-            self.metrics.request_duration.labels(endpoint=endpoint, model=model).observe(time.perf_counter() - start)
+            self.metrics.series(self.metrics.requests, endpoint, model, str(status)).inc()
+            self.metrics.series(self.metrics.request_duration, endpoint, model).observe(time.perf_counter() - start)
 
 
 class BodyLimitMiddleware:
@@ -503,7 +503,8 @@ async def release_memory(every_s: float) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     from service.oip import router as oip_router
-    from service.routes import router
+    from service.fastpath import install as install_fast_path
+    from service.routes import TASK_BODIES, predict, router
 
     settings = settings or Settings()
     service = Service(settings)
@@ -539,6 +540,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(oip_router)
+    install_fast_path(app, router, TASK_BODIES, predict)  # in front of the task routes, which keep the schema
     if settings.ui:
         mount_ui(app)
     # Outermost first: metrics also see the 400s of the Host allow-list, the 401s of the API

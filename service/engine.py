@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from service.batcher import Batcher, Done
 from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs, set_by
@@ -52,6 +52,10 @@ def warm_up(runtime: ModelRuntime, settings: Settings) -> float:
     engine warm up through here."""
     runtime.use_batch_grid(settings.max_batch_size if settings.batch_grid_for(runtime.provider) else None)
     return runtime.warmup(settings.max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
+
+
+# a request still waiting after this long starts watching for its client's disconnect
+WATCH_AFTER_S = 0.02
 
 
 def _retrieve(future: asyncio.Future) -> None:
@@ -118,41 +122,68 @@ class Engine:
         return Pending(self.batcher.submit(inputs, deadline=deadline, places=places, explain=explain))
 
     async def answers(self, pending: Pending, *, deadline: float,
-                      cancel_when: Awaitable[Any] | None = None) -> Answers:
+                      cancel_when: Awaitable[Any] | Callable[[], Awaitable[Any]] | None = None) -> Answers:
         """Wait for queued inputs and render their answers. Raises an input's own error
         (InvalidInput for a text with no tokens, 504 for one that expired in the queue),
         DeadlineExceeded at `deadline`, or ClientClosed when `cancel_when` (say, the client's
-        disconnect) completes first. However it ends, inputs not yet run are cancelled, so the
-        batcher skips them."""
+        disconnect; an awaitable, or a function that makes one) completes first. However it
+        ends, inputs not yet run are cancelled, so the batcher skips them.
+
+        Cheap per request, since single-item traffic is bound by it: one waiter future woken by
+        a done-callback (what asyncio.wait builds, without its sets and extra callbacks), no
+        gather for one input, the deadline a loop timer, and the `cancel_when` watcher (a task)
+        started only for a request still waiting after WATCH_AFTER_S, so a departed client is
+        noticed that much later at worst and most requests never make one."""
         loop = asyncio.get_running_loop()
         futures = pending.futures
-        gathered = asyncio.gather(*futures)
-        # however gather ends (a cancelled item makes it fail with CancelledError only later,
-        # after this returned), nobody would read its outcome: retrieve it when it does
-        gathered.add_done_callback(_retrieve)
-        watcher = asyncio.ensure_future(cancel_when) if cancel_when is not None else None
+        single = len(futures) == 1
+        outcome: asyncio.Future = futures[0] if single else asyncio.gather(*futures)
+        if not single:
+            # however gather ends (a cancelled item makes it fail with CancelledError only later,
+            # after this returned), nobody would read its outcome: retrieve it when it does
+            outcome.add_done_callback(_retrieve)
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        watcher: asyncio.Future | None = None
+
+        def watch() -> None:
+            nonlocal watcher
+            watcher = asyncio.ensure_future(cancel_when() if callable(cancel_when) else cancel_when)
+            watcher.add_done_callback(wake)
+
+        outcome.add_done_callback(wake)
+        timers = [loop.call_at(deadline, wake)]
+        if cancel_when is not None:
+            timers.append(loop.call_later(WATCH_AFTER_S, watch))
         try:
-            waited = {gathered} if watcher is None else {gathered, watcher}
-            finished, _ = await asyncio.wait(waited, timeout=max(0.0, deadline - loop.time()),
-                                             return_when=asyncio.FIRST_COMPLETED)
-            if gathered in finished:
-                done: list[Done] = gathered.result()  # raises an item's error (422, 504, 500)
-            elif watcher is not None and watcher in finished:
+            await waiter
+            if outcome.done():
+                done: list[Done] = [outcome.result()] if single else outcome.result()  # raises an item's error
+            elif watcher is not None and watcher.done():
                 raise ClientClosed("the client disconnected before the answer was ready")
             else:
                 raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms "
                                        f"{set_by('request_timeout_ms')}")
         finally:
+            for timer in timers:
+                timer.cancel()
+            outcome.remove_done_callback(wake)
             if watcher is not None:
                 watcher.cancel()
+            elif asyncio.iscoroutine(cancel_when):
+                cancel_when.close()  # never started: no "coroutine was never awaited"
             for future in futures:  # a cancelled future is skipped by the batcher
                 future.cancel()
-            if not gathered.done():
-                gathered.cancel()
+            if not single and not outcome.done():
+                outcome.cancel()
         return self.render(done)
 
     async def submit(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False, explain: bool = False,
-                     cancel_when: Awaitable[Any] | None = None) -> Answers:
+                     cancel_when: Awaitable[Any] | Callable[[], Awaitable[Any]] | None = None) -> Answers:
         """enqueue + answers: the whole path of a request's inputs through this model."""
         pending = self.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
         return await self.answers(pending, deadline=deadline, cancel_when=cancel_when)

@@ -20,6 +20,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._series: dict[tuple, object] = {}
         self.requests = Counter(
             "attserve_requests", "HTTP requests to the inference endpoints, by status code.",
             ["endpoint", "model", "status"], registry=r,
@@ -67,6 +68,17 @@ class Metrics:
             "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
             ["model", "reason"], registry=r,
         )
+
+    def series(self, metric, *values: str):
+        """`metric.labels(*values)` (label values in the metric's label order), cached per metric
+        and values: labels() takes a lock and validates its arguments on every call, a cost the
+        request path paid three times a request. The label values are low-cardinality (endpoint,
+        model, status), so the cache stays small."""
+        key = (id(metric), values)
+        child = self._series.get(key)
+        if child is None:
+            child = self._series[key] = metric.labels(*values)
+        return child
 
 
 def render(metrics: Metrics) -> bytes:
