@@ -24,6 +24,7 @@ DEFAULT_MODELS = {
     "snli-attconv-light",
     "snli-abcnn3",
     "fever-attconv",
+    "fever-attconv-base",  # not shipped: fever-attconv starts from its checkpoint
     "bbc-act",
     "tweets-act",
 }
