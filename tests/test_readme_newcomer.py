@@ -38,3 +38,16 @@ def test_the_readme_minimal_recipe_is_the_schema_one():
     section = _own_data_section()
     block = section[section.index("```toml\n") + 8:]
     assert block[:block.index("```")] == MINIMAL_RECIPE
+
+
+def test_the_readme_stays_a_users_page():
+    """At most 350 lines (issue 35): benchmarks, paper reproduction, model training details and
+    development live under docs/, and every docs/ page the README links exists."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 350
+    links = re.findall(r"\]\(((?:docs|docker|deploy|examples|model_cards)/[^)#]+)\)", readme)
+    assert len(links) >= 8
+    for link in links:
+        assert (ROOT / link).exists(), link
