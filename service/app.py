@@ -36,6 +36,7 @@ from service.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
 from service.engine import Engine, warm_up
 from service.errors import (NoModelForTask, NotReady, UnknownModel, WrongTask, error_response, excerpt,
                             install_error_handlers, set_by)
+from service.fastpath import install as install_fast_path, replaying
 from service.metrics import Metrics
 from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
@@ -447,16 +448,7 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body, replayed = b"".join(chunks), False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()  # after the body: wait for http.disconnect
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(b"".join(chunks), receive), send)
 
     async def _error(self, scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
                      headers: dict[str, str] | None = None) -> None:
@@ -503,7 +495,6 @@ async def release_memory(every_s: float) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     from service.oip import router as oip_router
-    from service.fastpath import install as install_fast_path
     from service.routes import TASK_BODIES, predict, router
 
     settings = settings or Settings()

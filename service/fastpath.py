@@ -24,6 +24,21 @@ JSON = b"application/json"
 Predict = Callable[[Request, str, Any], Awaitable[Response]]
 
 
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands over `body`, already read, as one http.request message, then
+    passes on the connection's own messages (its http.disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def _is_json(scope: dict[str, Any]) -> bool:
     """The content-type is application/json (any parameters): the only one the hot path takes."""
     for name, value in scope["headers"]:
@@ -66,16 +81,7 @@ class _FastEndpoint:
         try:
             body = self.adapter.validate_json(raw)
         except ValidationError:
-            replayed = False
-
-            async def replay() -> Message:
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": raw, "more_body": False}
-                return await receive()
-
-            return await self.api_route.handle(scope, replay, send)
+            return await self.api_route.handle(scope, replaying(raw, receive), send)
         response = await self.predict(request, self.endpoint_name, body)
         await response(scope, receive, send)
 

@@ -132,6 +132,18 @@ async def running_app(settings, wait_loaded: bool = True, **transport_options):
             yield app, client
 
 
+def record_feed_shapes(runtime, seen: set) -> None:
+    """Add to `seen` the input shapes of every call `runtime` makes to onnxruntime (its `run`
+    gets the feeds after bucket and batch-grid padding, on the CPU and through CUDA's IO binding)."""
+    run = runtime.run
+
+    def recorded(feeds, explain=False):
+        seen.add(tuple(feeds[i].shape for i in runtime.input_names))
+        return run(feeds, explain)
+
+    runtime.run = recorded
+
+
 def metric_samples(text: str, name: str) -> dict[tuple, float]:
     """Samples of one metric in Prometheus text: {sorted label items: value}."""
     from prometheus_client.parser import text_string_to_metric_families

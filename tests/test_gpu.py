@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from bundles import metric_samples, running_app
+from bundles import metric_samples, record_feed_shapes, running_app
 from service.runtime import CUDA, batch_grid
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
@@ -103,18 +103,12 @@ def test_cuda_options_in_force_and_the_grid():
 
     async def scenario():
         async with running_app(settings) as (app, client):
-            seen: dict[str, set] = {}
+            seen: dict[str, set] = {name: set() for name in MODELS}
             allowed = {}
             for name in MODELS:
                 rt = app.state.service.models[name].runtime
                 allowed[name] = rt.grid_feed_shapes(settings.max_batch_size, settings.max_batch_tokens)
-                run = rt.run
-
-                def counted(feeds, explain=False, _name=name, _run=run, _rt=rt):
-                    seen.setdefault(_name, set()).add(tuple(feeds[i].shape for i in _rt.input_names))
-                    return _run(feeds, explain)
-
-                rt.run = counted
+                record_feed_shapes(rt, seen[name])
             responses = await asyncio.gather(*(client.post(path, json=body) for path, body in requests(1)))
             assert all(r.status_code == 200 for r in responses)
             return seen, allowed, (await client.get("/v1/models")).json()
