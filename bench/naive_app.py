@@ -21,7 +21,7 @@ from service.schemas import ClassifyBody, EntailmentBody, VerifyBody
 def create_app() -> FastAPI:
     import torch
 
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
     from training.batching import encode_examples
     from training.checkpoint import TOKENIZER_FILE, load_checkpoint
     from training.examples import ClaimExample, PairExample, TextExample

@@ -1,7 +1,7 @@
 """Naive onnxruntime server: FastAPI + onnxruntime, one `session.run` per request, no batching
 across requests. It separates what onnxruntime gains (against bench/naive_app.py's PyTorch
 eager) from what batching gains (against the service). Same bundle, same numpy-only tokenizer
-(service.tokenization.TextEncoder) as the service and the peers, same request bodies and
+(core.tokenization.TextEncoder) as the service and the peers, same request bodies and
 answers; handlers are plain `def` (FastAPI runs them in its threadpool), like naive_app.
 
 `OnnxBundleModel` is also the model code of the LitServe and Ray Serve peers
@@ -35,7 +35,7 @@ class OnnxBundleModel:
     def __init__(self, bundle: Path | str, threads: int = 1) -> None:
         import onnxruntime as ort
 
-        from service.tokenization import TextEncoder
+        from core.tokenization import TextEncoder
 
         bundle = Path(bundle)
         self.config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
@@ -55,7 +55,7 @@ class OnnxBundleModel:
         return cls(os.environ["BENCH_PEER_BUNDLE"], int(os.environ.get("BENCH_PEER_THREADS", "1")))
 
     def _ids(self, texts: list[str], input_name: str) -> np.ndarray:
-        from service.tokenization import pad_2d
+        from core.tokenization import pad_2d
 
         return pad_2d(self.encoder.encode(texts, self.max_lengths[input_name]).ids)
 

@@ -2,7 +2,7 @@
 
 Runs in its own virtualenv (`.venv-peer`, made by `attserve bench` when missing), so BentoML's
 pins never touch ours; it imports only numpy, onnxruntime, tokenizers and the project's
-numpy-only encoder (service.tokenization). One batchable API per task at the service's paths;
+numpy-only encoder (core.tokenization). One batchable API per task at the service's paths;
 BentoML's body form is `{"inputs": [...]}` for one input or many (its batcher merges the
 lists of concurrent requests up to max_batch_size, waiting at most what its latency model
 says, bounded by max_latency_ms). A batch is padded to its longest text (no length buckets:
@@ -24,7 +24,7 @@ import bentoml
 import numpy as np
 import onnxruntime as ort
 
-from service.tokenization import TextEncoder, pad_2d, pad_3d
+from core.tokenization import TextEncoder, pad_2d, pad_3d
 
 BUNDLE = Path(os.environ.get("BENCH_PEER_BUNDLE", "."))
 THREADS = int(os.environ.get("BENCH_PEER_THREADS", "1"))

@@ -23,7 +23,7 @@ LAYERS = {
     "onnxruntime session.run": ("onnxruntime/capi",),
     "service batcher": ("service/batcher.py",),
     "service routes (validate, encode, answer)": ("service/routes.py",),
-    "tokenizers": ("service/tokenization.py",),
+    "tokenizers": ("core/tokenization.py",),
     "pydantic": ("pydantic",),
     "fastapi + starlette": ("fastapi/", "starlette/"),
     "uvicorn + httptools": ("uvicorn/", "httptools"),

@@ -44,7 +44,7 @@ LAYERS = (
     ("our routes (service/routes.py, tasks, schemas, errors)", ("service/routes.py", "service/tasks.py",
                                                                  "service/schemas.py", "service/errors.py",
                                                                  "service/oip.py", "service/auth.py")),
-    ("tokenizing (service/tokenization.py, tokenizers)", ("service/tokenization.py", "tokenizers")),
+    ("tokenizing (core/tokenization.py, tokenizers)", ("core/tokenization.py", "tokenizers")),
     ("engine submit + futures (service/engine.py, batcher.py)", ("service/engine.py", "service/batcher.py")),
     ("metrics (service/metrics.py, prometheus_client)", ("service/metrics.py", "prometheus_client")),
     ("event loop (asyncio, uvloop)", ("asyncio/", "uvloop", "<built-in method select", "selectors")),

@@ -27,8 +27,8 @@ def _constant_infer(self: ModelRuntime, items: Sequence[Item], explain_rows: Seq
     labels = len(self.config.labels)
     probs = [1.0 / labels] * labels
     logits = np.zeros(labels, dtype=np.float32)
-    evidence = self.config.task == "verification"
-    return [ItemOutput(logits, probs, 0, [0.0] * len(item.ids[1]) if evidence else None,
+    listed = self.list_index
+    return [ItemOutput(logits, probs, 0, [0.0] * len(item.ids[listed]) if listed is not None else None,
                        {} if row in set(explain_rows) else None) for row, item in enumerate(items)]
 
 

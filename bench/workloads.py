@@ -61,11 +61,11 @@ class Workload:
 def request_input(example) -> dict:
     """An example as one input of our API: its task's text fields only (no label, no
     training-only fields such as a claim's gold_evidence index)."""
-    from service.tasks import TASK_FIELDS
+    from core.tasks import TASKS
 
     fields = dataclasses.asdict(example)
-    task = next(task for task, names in TASK_FIELDS.items() if set(names) <= set(fields))
-    return {name: list(fields[name]) if name == "evidence" else fields[name] for name in TASK_FIELDS[task]}
+    task = next(task for task in TASKS.values() if set(task.field_names) <= set(fields))
+    return {f.name: list(fields[f.name]) if f.many else fields[f.name] for f in task.fields}
 
 
 @functools.cache
@@ -121,7 +121,7 @@ def read_examples(directory: Path) -> list:
 
 def prepare(name: str, dataset: str, bundle: Path, checkpoint: Path | None, work: Path, limit: int) -> tuple[Workload, dict]:
     """Load the test examples for a bundle and write its body files under `work/name`."""
-    from service.bundle import load_bundle
+    from core.bundle import load_bundle
 
     bundle, checkpoint = bundle.resolve(), checkpoint.resolve() if checkpoint else None
     config = load_bundle(bundle).config

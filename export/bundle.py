@@ -1,5 +1,5 @@
 """Checkpoint -> self-describing bundle directory: `model.onnx`, `tokenizer.json` (copied
-unchanged) and `config.json` (written through `service.bundle.BundleConfig`, the one schema).
+unchanged) and `config.json` (written through `core.bundle.BundleConfig`, the one schema).
 
 Everything is written into a hidden staging directory beside the target and renamed into
 place only once the graph passed its parity check and the finished bundle passed
@@ -24,7 +24,7 @@ from export.explanations import expose_explanation
 from export.onnx_graph import OPSET, export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
 from export.parity import TOLERANCE, assert_parity, check_parity, cpu_session, example_batches
 from models import TASKS, TextClassifier, architectures
-from service.bundle import (
+from core.bundle import (
     CONFIG_FILE,
     MODEL_FILE,
     TOKENIZER_FILE,
@@ -34,7 +34,7 @@ from service.bundle import (
     load_bundle,
     sha256_file,
 )
-from service.tokenization import TextEncoder
+from core.tokenization import TextEncoder
 from training.batching import label_ids
 from training.checkpoint import load_checkpoint, load_examples
 from training.checkpoint import TOKENIZER_FILE as CHECKPOINT_TOKENIZER_FILE

@@ -47,7 +47,7 @@ def export(
     # no network here uses them (torch configures its loggers on import, so set this after it)
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     from export.parity import ParityError
-    from service.bundle import BundleError, load_bundle
+    from core.bundle import BundleError, load_bundle
 
     import json
     import tempfile

@@ -32,7 +32,7 @@ import torch
 from models import TASKS, TextClassifier
 from models.abcnn import attention_matrix
 from models.layers import zero_padding
-from service.bundle import ExplanationOutput
+from core.bundle import ExplanationOutput
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ import torch
 from export.explanations import torch_explanation
 from export.onnx_graph import example_ids
 from models.base import PAD_ID, TASKS, TextClassifier
-from service.bundle import ExplanationOutput, Parity
-from service.tokenization import TextEncoder
+from core.bundle import ExplanationOutput, Parity
+from core.tokenization import TextEncoder
 from training.batching import encode_examples
 from training.examples import Example
 

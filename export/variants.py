@@ -29,7 +29,7 @@ import onnx
 import onnxruntime as ort
 
 from export.parity import cpu_session, run_onnx
-from service.bundle import sha256_file
+from core.bundle import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,7 @@
-"""What every network shares: the three tasks' input/output contract, the base class, the
-registry that builds a network from a name and a config, and the ids-only wrapper that ONNX
-export uses.
+"""What every network shares: the base class, the registry that builds a network from a name
+and a config, and the ids-only wrapper that ONNX export uses.
 
-Tasks (the service's endpoints) and the tensors they take, pad id 0:
+The tasks (core.tasks, the service's endpoints) and the tensors they take, pad id 0:
 
     classification  input_ids (B, L)                                  -> logits (B, C)
     entailment      premise_ids (B, Lp), hypothesis_ids (B, Lh)       -> logits (B, C)
@@ -24,6 +23,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
+from core.tasks import TASKS, Task
 from models.layers import cross_entropy, padding_mask
 
 PAD_ID = 0
@@ -44,23 +44,6 @@ class NetworkConfig:
     TASK_FIELDS: ClassVar[tuple[str, ...]] = ()
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    inputs: tuple[str, ...]  # ids tensors, in forward order
-    input_ranks: tuple[int, ...]  # 2 for (B, L), 3 for (B, K, L)
-    outputs: tuple[str, ...]
-
-
-TASKS: dict[str, TaskSpec] = {
-    "classification": TaskSpec("classification", ("input_ids",), (2,), ("logits",)),
-    "entailment": TaskSpec("entailment", ("premise_ids", "hypothesis_ids"), (2, 2), ("logits",)),
-    "verification": TaskSpec(
-        "verification", ("claim_ids", "evidence_ids"), (2, 3), ("logits", "evidence_scores")
-    ),
-}
-
-
 class TextClassifier(nn.Module):
     """Base class of every network. Subclasses set `config_class` and implement `forward`."""
 
@@ -73,7 +56,7 @@ class TextClassifier(nn.Module):
         self.config = config
 
     @property
-    def task(self) -> TaskSpec:
+    def task(self) -> Task:
         return TASKS[self.config.task]
 
     def logits_from_ids(self, *ids: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from export.explanations import expose_explanation  # noqa: E402
 from export.parity import random_batches  # noqa: E402
 from models import TASKS, build_network  # noqa: E402
-from service.bundle import read_config, sha256_file  # noqa: E402
+from core.bundle import read_config, sha256_file  # noqa: E402
 
 
 def convert(bundle: Path, multi_context: str = "wise") -> dict:

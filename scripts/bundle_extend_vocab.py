@@ -44,8 +44,8 @@ from tokenizers import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.bundle_fp16_embeddings import random_batches, static_tables  # noqa: E402
-from service.bundle import sha256_file  # noqa: E402
-from service.tokenization import TextEncoder  # noqa: E402
+from core.bundle import sha256_file  # noqa: E402
+from core.tokenization import TextEncoder  # noqa: E402
 from training.embeddings import DEFAULT_VECTORS, load_glove  # noqa: E402
 from training.tokenizer import pretrained_only  # noqa: E402
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from export.onnx_graph import store_embeddings_fp16  # noqa: E402
 from export.parity import onnx_feed, random_batches as parity_batches  # noqa: E402
-from service.bundle import sha256_file  # noqa: E402
+from core.bundle import sha256_file  # noqa: E402
 
 BATCH_SIZES = (1, 3, 17, 24, 64)
 MAX_DIFF = 1e-2  # rounding a table to fp16 moves its values by <= 2^-11 relative

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from tokenizers import Tokenizer
 
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
     from training.checkpoint import TOKENIZER_FILE, load_checkpoint
     from training.datasets import load_dataset
     from training.tokenizer import cut_pretrained, pretrained_count

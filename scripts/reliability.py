@@ -46,14 +46,16 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a file: make the project's packages importable
     sys.path.insert(0, str(REPO))
 
-from service.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config  # noqa: E402
+from core.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config  # noqa: E402
 from service.settings import DEFAULT_MODEL_REPOSITORY  # noqa: E402
-from service.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder  # noqa: E402
+from core.tasks import TASKS  # noqa: E402
+from core.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder  # noqa: E402
 
 log = logging.getLogger("scripts.reliability")
 
-ENDPOINT_OF_TASK = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
-TEXT_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim",)}
+ENDPOINT_OF_TASK = {name: task.endpoint for name, task in TASKS.items()}
+# each task's single-text fields (a list field's texts are built apart)
+TEXT_FIELDS = {name: tuple(f.name for f in task.fields if not f.many) for name, task in TASKS.items()}
 # Scores of a batched answer may differ from the solo answer by float reassociation only.
 SCORE_TOLERANCE = 1e-5
 # uvicorn logs this when its graceful-shutdown timeout cancels requests still running.
@@ -1223,7 +1225,7 @@ def external_data_probe(repository: Path, work: Path) -> dict:
         import onnx
     except ModuleNotFoundError:
         return {"refused": None, "why": "the onnx package is not installed"}
-    from service.bundle import BundleError, load_bundle
+    from core.bundle import BundleError, load_bundle
 
     source = next(p for p in sorted(Path(repository).iterdir()) if (p / CONFIG_FILE).is_file())
     bundle = work / "external-data-bundle"

@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.bundle import load_bundle  # noqa: E402
-from service.tokenization import TextEncoder  # noqa: E402
+from core.bundle import load_bundle  # noqa: E402
+from core.tokenization import TextEncoder  # noqa: E402
 from training.card import open_session, score_examples  # noqa: E402
 
 

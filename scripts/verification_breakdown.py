@@ -23,7 +23,7 @@ import numpy as np
 import typer
 from tqdm.auto import tqdm
 
-from service.tokenization import TextEncoder
+from core.tokenization import TextEncoder
 from training.checkpoint import load_checkpoint
 from training.datasets import SPLIT_SEED, _snli_pairs
 from training.trainer import EncodedExamples, predict_batches

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.tokenization import TextEncoder
+from core.tokenization import TextEncoder
 from training.checkpoint import load_checkpoint
 from training.datasets import SPLIT_SEED, _snli_pairs
 from training.trainer import EncodedExamples, predict_batches, predict_logits

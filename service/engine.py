@@ -20,6 +20,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
+from core.tasks import TASKS
 from service.batcher import Batcher, Done
 from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs, set_by
 from service.metrics import Metrics
@@ -68,6 +69,7 @@ class Engine:
         self.runtime = runtime
         self.name = runtime.name
         self.config = runtime.config
+        self.task = TASKS[self.config.task]
         self.settings = settings
         self.batcher = Batcher(runtime, settings, metrics)
         self._truncated = metrics.truncated_inputs.labels(model=self.name)
@@ -89,11 +91,12 @@ class Engine:
         """The checks before any work on the texts, cheapest first: inputs per request,
         evidence per claim, room in the queue (429: a shed request should cost as little as
         possible), then the text limits. `batch` names inputs as `inputs[i]` in messages."""
-        task = self.config.task
-        evidence = ((f"inputs[{i}].evidence" if batch else "evidence", len(x.evidence)) for i, x in enumerate(inputs))
-        self.check_sizes(len(inputs), evidence if task == "verification" else ())
+        listed = self.task.list_field
+        counts = () if listed is None else (
+            (f"inputs[{i}].{listed.name}" if batch else listed.name, len(getattr(x, listed.name))) for i, x in enumerate(inputs))
+        self.check_sizes(len(inputs), counts)
         self.batcher.check_room(len(inputs))
-        check_texts(inputs, task, batch, self.settings.max_text_chars, self.settings.max_request_chars)
+        check_texts(inputs, self.task.name, batch, self.settings.max_text_chars, self.settings.max_request_chars)
 
     def check_sizes(self, n: int, evidence: Iterable[tuple[str, int]] = ()) -> None:
         """422 for more than `max_inputs_per_request` inputs, or for a claim with more evidence
@@ -195,7 +198,7 @@ class Engine:
         cut to the max length, the share of its tokens outside the vocabulary; evidence scores
         for claims; the explanation when asked for."""
         labels = self.config.labels
-        verification = self.config.task == "verification"
+        per_text = self.task.per_text_output  # verification: "evidence_scores"
         spec = self.config.explanation
         truncated = sum(d.truncated for d in done)
         if truncated:
@@ -204,8 +207,8 @@ class Engine:
         for d in done:
             answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs)),
                       "model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
-            if verification:
-                answer["evidence_scores"] = d.output.evidence_scores
+            if per_text is not None:
+                answer[per_text] = d.output.per_text
             if d.tokens is not None:
                 answer["explanation"] = {"method": spec.method if spec is not None else None, **d.tokens,
                                          **d.output.explanation}

@@ -42,11 +42,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.app import ModelEntry, Service
+from core.tasks import TASKS
 from service.engine import Engine
 from service.errors import InvalidInput, ServiceError, UnsupportedMediaType, excerpt
+from service.registry import ModelEntry, Service
 from service.routes import run_inputs
-from service.tasks import TASK_FIELDS
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 
@@ -184,15 +184,17 @@ def _entry(request: Request, name: str, version: str | None, ready: bool = True)
 
 
 def output_names(task: str) -> list[str]:
-    return ["label", "scores", "truncated"] + (["evidence_scores"] if task == "verification" else [])
+    per_text = TASKS[task].per_text_output
+    return ["label", "scores", "truncated"] + ([per_text] if per_text is not None else [])
 
 
 def _metadata(entry: ModelEntry) -> dict:
     config = entry.config
-    inputs = [{"name": field, "datatype": "BYTES", "shape": [-1, -1] if field == "evidence" else [-1]}
-              for field in TASK_FIELDS[config.task]]
+    task = TASKS[config.task]
+    inputs = [{"name": field.name, "datatype": "BYTES", "shape": [-1, -1] if field.many else [-1]}
+              for field in task.fields]
     shapes = {"label": ("BYTES", [-1]), "scores": ("FP32", [-1, len(config.labels)]),
-              "truncated": ("BOOL", [-1]), "evidence_scores": ("FP32", [-1, -1])}
+              "truncated": ("BOOL", [-1]), task.per_text_output: ("FP32", [-1, -1])}
     outputs = [{"name": n, "datatype": shapes[n][0], "shape": shapes[n][1]} for n in output_names(config.task)]
     return {"name": entry.name, "versions": [config.version], "platform": "onnxruntime_onnx",
             "inputs": inputs, "outputs": outputs,
@@ -253,7 +255,7 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     infer_request, binary = _parse(raw, request.headers.get(HEADER_LENGTH))
     task = entry.config.task
     columns, n, k = _columns(infer_request, binary, task, entry.engine)
-    inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASK_FIELDS[task]}) for i in range(n)]
+    inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASKS[task].field_names}) for i in range(n)]
     results, headers = await run_inputs(request, entry, inputs, "v2_infer", batch=n > 1)
     return _respond(entry, infer_request, results, k, headers)
 
@@ -344,17 +346,17 @@ def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int, count: int) -> 
     return texts, offset
 
 
-def _declared(tensor: _Tensor, task: str) -> tuple[int, int]:
-    """A tensor's rows and evidence width k from its declared shape (k: 1 for the other
-    fields), checked for form before anything is built from them."""
+def _declared(tensor: _Tensor, listed: str | None) -> tuple[int, int]:
+    """A tensor's rows and list width k from its declared shape (k: 1 for a field that is not
+    the task's list field `listed`), checked for form before anything is built from them."""
     if tensor.datatype != "BYTES":
         raise BadInferRequest(f"input {tensor.name!r}: datatype {excerpt(tensor.datatype, 16)}; text inputs are BYTES")
     shape = tensor.shape
-    if tensor.name == "evidence":
+    if tensor.name == listed:
         k = shape[1] if len(shape) == 2 else 1
         if k < 1:
-            raise BadInferRequest(f"input 'evidence': shape {shape}; each claim needs at least one evidence "
-                                  "sentence (k >= 1)")
+            raise BadInferRequest(f"input {tensor.name!r}: shape {shape}; each input needs at least one "
+                                  f"{tensor.name} text (k >= 1)")
         return shape[0], k
     if len(shape) == 2 and shape[1] != 1:
         raise BadInferRequest(f"input {tensor.name!r}: shape {shape}; use [n] or [n, 1]")
@@ -362,24 +364,26 @@ def _declared(tensor: _Tensor, task: str) -> tuple[int, int]:
 
 
 def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tuple[dict[str, list], int, int]:
-    """The task's fields, one value per input (evidence: a list per claim), the input count n
-    and the evidence width k (0 for other tasks). The declared shapes are checked against the
-    service's limits (engine.check_sizes) before any element is read or any row built: a
-    shape is a few bytes, what it declares may be billions of rows."""
-    fields = TASK_FIELDS[task]
+    """The task's fields, one value per input (a list field such as evidence: a list per
+    input), the input count n and the list width k (0 for a task without a list field). The
+    declared shapes are checked against the service's limits (engine.check_sizes) before any
+    element is read or any row built: a shape is a few bytes, what it declares may be billions
+    of rows."""
+    fields = TASKS[task].field_names
+    listed = TASKS[task].list_field.name if TASKS[task].list_field is not None else None
     names = [t.name for t in req.inputs]
     if sorted(names) != sorted(fields):
         shown = ", ".join(excerpt(name) for name in names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
         raise BadInferRequest(f"inputs [{shown}]: a {task} model takes exactly {list(fields)} (BYTES)")
-    declared = {t.name: _declared(t, task) for t in req.inputs}
+    declared = {t.name: _declared(t, listed) for t in req.inputs}
     rows = {name: n for name, (n, _) in declared.items()}
     if len(set(rows.values())) != 1:
         raise BadInferRequest(f"inputs disagree on the batch size (the first dimension of their shape): {rows}")
     n = rows[fields[0]]
     if n < 1:
         raise BadInferRequest("the batch is empty")
-    k = declared["evidence"][1] if task == "verification" else 0
-    engine.check_sizes(n, [("input 'evidence' (shape [n, k])", k)] if task == "verification" else ())
+    k = declared[listed][1] if listed is not None else 0
+    engine.check_sizes(n, [(f"input '{listed}' (shape [n, k])", k)] if listed is not None else ())
     columns: dict[str, list] = {}
     offset = 0
     for tensor in req.inputs:  # binary parts follow the inputs' order
@@ -388,18 +392,18 @@ def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tu
         if len(values) != count:
             raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} holds {count} elements, "
                                   f"the data {len(values)}")
-        if tensor.name == "evidence":
-            # padding ("") only after the sentences of a row
+        if tensor.name == listed:
+            # padding ("") only after the texts of a row
             cleaned = []
             for i in range(n):
                 row = values[i * k : (i + 1) * k]
-                sentences = [s for s in row if s != ""]
-                if row[: len(sentences)] != sentences:
-                    raise BadInferRequest(f"input 'evidence' row {i}: empty strings pad the end of a row only")
-                if not sentences:
-                    raise InvalidInput(f"evidence row {i}: no evidence sentence")
-                cleaned.append(sentences)
-            columns["evidence"] = cleaned
+                texts = [s for s in row if s != ""]
+                if row[: len(texts)] != texts:
+                    raise BadInferRequest(f"input {listed!r} row {i}: empty strings pad the end of a row only")
+                if not texts:
+                    raise InvalidInput(f"{listed} row {i}: no {listed} text")
+                cleaned.append(texts)
+            columns[listed] = cleaned
         else:
             columns[tensor.name] = values
     if len(binary) != offset:
@@ -437,11 +441,12 @@ def _respond(entry: ModelEntry, req: _InferRequest, results: list[dict], k: int,
                    np.asarray([[r["scores"][label] for label in config.labels] for r in results], dtype=np.float32)),
         "truncated": ("BOOL", [n], np.asarray([r["truncated"] for r in results], dtype=bool)),
     }
-    if config.task == "verification":
-        evidence = np.zeros((n, k), dtype=np.float32)
+    per_text = TASKS[config.task].per_text_output
+    if per_text is not None:
+        scores = np.zeros((n, k), dtype=np.float32)
         for i, r in enumerate(results):
-            evidence[i, : len(r["evidence_scores"])] = r["evidence_scores"]
-        tensors["evidence_scores"] = ("FP32", [n, k], evidence)
+            scores[i, : len(r[per_text])] = r[per_text]
+        tensors[per_text] = ("FP32", [n, k], scores)
 
     outputs, blobs = [], []
     for name, binary in wanted:

@@ -13,6 +13,7 @@ Timing headers (ms, as TEI): `x-total-time` (arrival to response, added by the m
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, Sequence, Union
 
 from fastapi import APIRouter, Request, Response
@@ -20,31 +21,16 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import TypeAdapter
 
-from service.app import TASK_OF_ENDPOINT, TASKS, ModelEntry, Service
-from service.metrics import render as render_metrics
+from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service.errors import AnswerTooLarge, NotReady, ShuttingDown, set_by
-from service.schemas import (
-    BatchPredictions,
-    ClassifyBody,
-    EntailmentBody,
-    ErrorBody,
-    Health,
-    LiveStatus,
-    ModelInfo,
-    ModelList,
-    TaskInfo,
-    Prediction,
-    VerifyBody,
-    VerifyBatchPredictions,
-    VerifyPrediction,
-)
+from service.metrics import render as render_metrics
+from service.registry import ModelEntry, Service
+from service.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
 
 router = APIRouter()
 
-TASK_ENDPOINTS = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
 # path -> (endpoint name, body type), for the hot path (service.fastpath)
-TASK_BODIES = {"/classify": ("classify", ClassifyBody), "/entailment": ("entailment", EntailmentBody),
-               "/verify": ("verify", VerifyBody)}
+TASK_BODIES = {task.endpoint: (task.label, TASK_SCHEMAS[task.name].body) for task in TASKS.values()}
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
@@ -92,7 +78,7 @@ async def predict(request: Request, endpoint: str, body: Any) -> Response:
     service = _service(request)
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    task = TASK_OF_ENDPOINT[endpoint]
+    task = TASK_OF_LABEL[endpoint].name
     entry = service.resolve(body.model, task)
     batch = hasattr(body, "inputs")
     results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch,
@@ -133,23 +119,26 @@ async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any],
     return answers.results, headers
 
 
-@router.post("/classify", response_model=Union[Prediction, BatchPredictions], responses=_ERRORS, tags=["inference"])
-async def classify(body: ClassifyBody, request: Request) -> Any:
-    """Label a text with a classifier (topic, sentiment, ...), one text or a batch."""
-    return await predict(request, "classify", body)
+def add_task_route(task: Task) -> None:
+    """`POST task.endpoint`: one input or a batch of the task, answered by `predict`."""
+    schemas = TASK_SCHEMAS[task.name]
+
+    async def route(body: Any, request: Request) -> Any:
+        return await predict(request, task.label, body)
+
+    # FastAPI reads the body's type from the signature: the task's own request schema
+    route.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=schemas.body),
+        inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
+    ], return_annotation=Any)
+    route.__name__ = route.__qualname__ = task.label  # the OpenAPI operation id: `<label>_<label>_post`
+    route.__doc__ = task.summary
+    router.add_api_route(task.endpoint, route, methods=["POST"], response_model=Union[schemas.answer, schemas.batch_answer],
+                         responses=_ERRORS, tags=["inference"])
 
 
-@router.post("/entailment", response_model=Union[Prediction, BatchPredictions], responses=_ERRORS, tags=["inference"])
-async def entailment(body: EntailmentBody, request: Request) -> Any:
-    """Does the premise entail the hypothesis? One pair or a batch."""
-    return await predict(request, "entailment", body)
-
-
-@router.post("/verify", response_model=Union[VerifyPrediction, VerifyBatchPredictions], responses=_ERRORS,
-             tags=["inference"])
-async def verify(body: VerifyBody, request: Request) -> Any:
-    """Verify a claim against evidence sentences; `evidence_scores` weighs each one."""
-    return await predict(request, "verify", body)
+for _task in TASKS.values():
+    add_task_route(_task)
 
 
 @router.get("/", include_in_schema=False)
@@ -203,9 +192,9 @@ async def list_models(request: Request) -> Any:
     service = _service(request)
     choices = {task: service.default_choice(task) for task in TASKS}
     tasks = {}
-    for task, endpoint in TASK_ENDPOINTS.items():
+    for task, spec in TASKS.items():
         default, reason = choices[task]
-        tasks[task] = TaskInfo(endpoint=endpoint, models=sorted(n for n, e in service.models.items() if e.task == task),
+        tasks[task] = TaskInfo(endpoint=spec.endpoint, models=sorted(n for n, e in service.models.items() if e.task == task),
                                default=default, default_reason=reason)
     out = []
     for name, e in sorted(service.models.items()):

@@ -21,8 +21,9 @@ from typing import Sequence
 import numpy as np
 import onnxruntime as ort
 
-from service.bundle import Bundle, BundleError, check_output_width, load_bundle
-from service.tokenization import PAD_ID, TextEncoder, pad_2d, pad_3d
+from core.bundle import Bundle, BundleError, check_output_width, load_bundle
+from core.tasks import TASKS, TEXT_FIELD_OF_INPUT
+from core.tokenization import PAD_ID, TextEncoder, pad_2d, pad_3d
 
 log = logging.getLogger("service.runtime")
 
@@ -131,9 +132,6 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-# ids input -> the answer's name for its text
-TEXT_FIELDS = {"input_ids": "text", "premise_ids": "premise", "hypothesis_ids": "hypothesis", "claim_ids": "claim",
-               "evidence_ids": "evidence"}
 # explanation weights are sent to 4 decimals: a 48 x 32 alignment stays ~10 kB of JSON
 EXPLANATION_DECIMALS = 4
 
@@ -145,13 +143,14 @@ def _rounded(values: np.ndarray) -> list:
 def _alignment(matrix: np.ndarray, rows: str, columns: str, normalize_rows: bool) -> dict:
     if normalize_rows:  # each row sums to 1 over the valid columns (a row of zeros stays zeros)
         matrix = matrix / np.maximum(matrix.sum(axis=-1, keepdims=True), 1e-12)
-    return {"rows": TEXT_FIELDS[rows], "columns": TEXT_FIELDS[columns], "weights": _rounded(matrix)}
+    return {"rows": TEXT_FIELD_OF_INPUT[rows], "columns": TEXT_FIELD_OF_INPUT[columns], "weights": _rounded(matrix)}
 
 
 @dataclass(frozen=True)
 class Item:
-    """One input's token ids (per graph input: a list of ids, or for evidence a list of id
-    lists), the bucket shape it pads to, and the padded tokens it costs."""
+    """One input's token ids (per graph input: a list of ids, or for a list field a list of id
+    lists), the bucket shape it pads to (two dimensions for a list field: texts, length), and
+    the padded tokens it costs."""
 
     ids: tuple
     shape: tuple[int, ...]
@@ -165,7 +164,7 @@ class ItemOutput:
     logits: np.ndarray  # (C,)
     probs: list[float]  # (C,) softmax of logits / the bundle's temperature
     label_index: int  # argmax of the logits
-    evidence_scores: list[float] | None  # (K,) for verification, this item's evidence only
+    per_text: list[float] | None  # (K,) the task's per-text output (evidence_scores), this item's texts only
     # asked for: this item's slice of the explanation output, ready for the answer (explanation_of)
     explanation: dict | None = None
 
@@ -192,11 +191,15 @@ class ModelRuntime:
         self.temperature = float(self.config.temperature)
         self.input_names = list(self.config.inputs)
         self.output_names = list(self.config.outputs)
+        task = TASKS[self.config.task]
+        # the inputs of a list field (rank 3: texts x tokens): padded in two dimensions
+        self.list_inputs = {f.input for f in task.fields if f.many}
+        # which ids input's item entry holds the texts the per-text output scores
+        self.list_index = next((i for i, f in enumerate(task.fields) if f.many), None)
         self.explanation = self.config.explanation
         self.buckets = {name: length_buckets(self.config.max_lengths[name]) for name in self.input_names}
-        self.evidence_buckets = (
-            length_buckets(self.config.max_evidence, smallest=1) if self.config.task == "verification" else []
-        )
+        # bucket sizes of the number of texts in a list field
+        self.count_buckets = length_buckets(self.config.max_evidence, smallest=1) if self.list_inputs else []
         # what one more graph call costs, in padded tokens of this model (plan_calls); set by
         # warmup(), measured there unless configured; infinity until then (one call per batch)
         self.call_overhead_tokens = math.inf
@@ -239,12 +242,12 @@ class ModelRuntime:
     # --- items --------------------------------------------------------------------------
 
     def make_item(self, ids: Sequence) -> Item:
-        """`ids` per graph input: a list of ids, or (evidence) a list of id lists."""
+        """`ids` per graph input: a list of ids, or (a list field) a list of id lists."""
         shape: list[int] = []
         tokens = 0
         for name, value in zip(self.input_names, ids):
-            if name == "evidence_ids":
-                count = bucket_of(len(value), self.evidence_buckets)
+            if name in self.list_inputs:
+                count = bucket_of(len(value), self.count_buckets)
                 length = bucket_of(max(len(v) for v in value), self.buckets[name])
                 shape += [count, length]
                 tokens += count * length
@@ -258,7 +261,7 @@ class ModelRuntime:
         """Padded tokens one item of this bucket shape costs (as `make_item` counts them)."""
         tokens, at = 0, 0
         for name in self.input_names:
-            if name == "evidence_ids":
+            if name in self.list_inputs:
                 tokens += shape[at] * shape[at + 1]
                 at += 2
             else:
@@ -283,7 +286,7 @@ class ModelRuntime:
         """The input tensors' shapes (in input order) of a call of `rows` rows padded to `shape`."""
         out, at = [], 0
         for name in self.input_names:
-            if name == "evidence_ids":
+            if name in self.list_inputs:
                 out.append((rows, shape[at], shape[at + 1]))
                 at += 2
             else:
@@ -302,7 +305,7 @@ class ModelRuntime:
         at = 0
         for i, name in enumerate(self.input_names):
             column = [item.ids[i] for item in items]
-            if name == "evidence_ids":
+            if name in self.list_inputs:
                 count, length = shape[at], shape[at + 1]
                 at += 2
                 arr = pad_3d(column, min_length=length)  # (B, K', Le), K' = most evidence here
@@ -370,13 +373,13 @@ class ModelRuntime:
         wanted = set(explain_rows)
         results = []
         for row, item in enumerate(items):
-            evidence = None
+            per_text = None
             if scores is not None:
-                evidence = scores[row][: len(item.ids[1])]
+                per_text = scores[row][: len(item.ids[self.list_index])]
             explanation = None
             if row in wanted:
-                explanation = self.explanation_of(outputs[-1], row, item, feeds, evidence) if explain else {}
-            results.append(ItemOutput(logits[row], probs[row], best[row], evidence, explanation))
+                explanation = self.explanation_of(outputs[-1], row, item, feeds, per_text) if explain else {}
+            results.append(ItemOutput(logits[row], probs[row], best[row], per_text, explanation))
         return results
 
     def explanation_of(self, tensor: np.ndarray, row: int, item: Item, feeds: dict[str, np.ndarray],
@@ -393,8 +396,9 @@ class ModelRuntime:
             if rows == "premise_ids":  # ABCNN's A is premise x hypothesis; answers read hypothesis -> premise
                 matrix, rows, columns = matrix.T, columns, rows
             return {"alignment": _alignment(matrix, rows, columns, spec.normalize_rows)}
-        claim, evidence = ids["claim_ids"], ids["evidence_ids"]
-        count = feeds["evidence_ids"].shape[1]  # evidence slots in this batch
+        # a list field's texts (verification: rows the claim, columns each evidence sentence)
+        claim, evidence = ids[spec.rows], ids[spec.columns]
+        count = feeds[spec.columns].shape[1]  # text slots in this batch
         out = []
         for k, sentence in enumerate(evidence):
             if spec.layout == "evidence_slots":  # (B*K, Lc, Le)
@@ -403,22 +407,22 @@ class ModelRuntime:
                 length = tensor.shape[2] // count
                 matrix = tensor[row, : len(claim), k * length : k * length + len(sentence)]
             out.append({"share": evidence_scores[k],
-                        "alignment": _alignment(matrix, "claim_ids", "evidence_ids", spec.normalize_rows)})
-        return {"evidence": out}
+                        "alignment": _alignment(matrix, spec.rows, spec.columns, spec.normalize_rows)})
+        return {TEXT_FIELD_OF_INPUT[spec.columns]: out}
 
     def warmup_shapes(self, max_batch_size: int, max_batch_tokens: int) -> list[tuple[int, Item]]:
         """(batch size, item) pairs covering every length bucket at batch size 1 and at the
         largest batch the token budget allows, so no first request pays for a new shape."""
         depth = max(len(b) for b in self.buckets.values())
-        if self.evidence_buckets:
-            depth = max(depth, len(self.evidence_buckets))
+        if self.count_buckets:
+            depth = max(depth, len(self.count_buckets))
         shapes = []
         for level in range(depth):
             ids: list = []
             for name in self.input_names:
                 length = self.buckets[name][min(level, len(self.buckets[name]) - 1)]
-                if name == "evidence_ids":
-                    count = self.evidence_buckets[min(level, len(self.evidence_buckets) - 1)]
+                if name in self.list_inputs:
+                    count = self.count_buckets[min(level, len(self.count_buckets) - 1)]
                     ids.append([[WARMUP_ID] * length for _ in range(count)])
                 else:
                     ids.append([WARMUP_ID] * length)
@@ -432,8 +436,8 @@ class ModelRuntime:
         """Every bucket shape an item can have: the product of each input's buckets."""
         dims: list[list[int]] = []
         for name in self.input_names:
-            if name == "evidence_ids":
-                dims += [self.evidence_buckets, self.buckets[name]]
+            if name in self.list_inputs:
+                dims += [self.count_buckets, self.buckets[name]]
             else:
                 dims.append(self.buckets[name])
         return list(itertools.product(*dims))
@@ -443,7 +447,7 @@ class ModelRuntime:
         ids: list = []
         at = 0
         for name in self.input_names:
-            if name == "evidence_ids":
+            if name in self.list_inputs:
                 ids.append([[WARMUP_ID] * shape[at + 1] for _ in range(shape[at])])
                 at += 2
             else:

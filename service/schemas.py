@@ -8,6 +8,7 @@ validation error speaks only about the form the client meant.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
@@ -215,6 +216,23 @@ class BatchPredictions(BaseModel):
 
 class VerifyBatchPredictions(BaseModel):
     results: list[VerifyPrediction]
+
+
+@dataclass(frozen=True)
+class TaskSchemas:
+    """A task's request body (one input or a batch) and its answers."""
+
+    body: Any
+    answer: type[BaseModel]
+    batch_answer: type[BaseModel]
+
+
+# task name (core.tasks) -> its schemas; the routes are made from this and the task registry
+TASK_SCHEMAS = {
+    "classification": TaskSchemas(ClassifyBody, Prediction, BatchPredictions),
+    "entailment": TaskSchemas(EntailmentBody, Prediction, BatchPredictions),
+    "verification": TaskSchemas(VerifyBody, VerifyPrediction, VerifyBatchPredictions),
+}
 
 
 class ErrorDetail(BaseModel):

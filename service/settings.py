@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     # NFKC can turn one character into 18 (U+FDFA), and the tokenizer's time and memory follow
     # the normalized length: a text longer than this, before or after NFKC, is 422; so is a
     # request whose texts come to more than max_request_chars after NFKC. Checked in bounded
-    # chunks before tokenizing (service.tokenization.check_text).
+    # chunks before tokenizing (core.tokenization.check_text).
     max_text_chars: int = Field(100_000, ge=1)
     # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request tokenizes in ~0.2 s and
     # six at once stay well within +300 MB (scripts/reliability.py expansion)

@@ -1,11 +1,11 @@
-"""What each task's input is, written once: its text fields, the checks before any expensive
-work, and the encoding into a runtime item. The engine (service.engine: the checks) and its
+"""A task's inputs in the service: the checks before any expensive work, and the encoding into
+a runtime item, both read from the task's fields (core.tasks). The engine (service.engine: the checks) and its
 batcher (which tokenizes in its inference thread, a whole queue at a time) go through here,
 for the task API and the Open Inference Protocol alike; the bench uses the same encoder.
 
 An input is any object with the task's fields as attributes (the request schemas, or a
 SimpleNamespace built from protocol tensors): `text`; `premise`, `hypothesis`; `claim`,
-`evidence` (a list of sentences).
+`evidence` (a list of sentences, a list field).
 """
 
 from __future__ import annotations
@@ -13,19 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from core.tasks import TASKS
+from core.tokenization import TextTooLong, check_text
 from service.errors import InvalidInput, set_by
 from service.runtime import Item, ModelRuntime
-from service.tokenization import TextTooLong, check_text
-
-# text fields of each task's input, in graph-input order
-TASK_FIELDS = {"classification": ("text",), "entailment": ("premise", "hypothesis"), "verification": ("claim", "evidence")}
-
-
-def texts_of(x: Any, task: str) -> list[str]:
-    """Every text of one input."""
-    if task == "verification":
-        return [x.claim, *x.evidence]
-    return [getattr(x, field) for field in TASK_FIELDS[task]]
 
 
 def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:
@@ -34,10 +25,7 @@ def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: i
     budget = max_request_chars
     for i, x in enumerate(inputs):
         prefix = f"inputs[{i}]." if batch else ""
-        named = [(f, getattr(x, f)) for f in TASK_FIELDS[task] if f != "evidence"]
-        if task == "verification":
-            named += [(f"evidence[{k}]", t) for k, t in enumerate(x.evidence)]
-        for field, text in named:
+        for field, text in TASKS[task].named_texts(x):
             where = prefix + field
             if len(text) > max_text_chars:
                 raise InvalidInput(f"{where}: {len(text)} characters; at most {max_text_chars} "
@@ -83,20 +71,21 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
     reads (every field) that are outside the vocabulary; one `encode_batch` per field over
     all the inputs."""
     config = runtime.config
-    fields = TASK_FIELDS[config.task]
+    fields = TASKS[config.task].fields
     per_field: list[list] = []
     truncated = [False] * len(inputs)
     wanted = list(explain) if explain is not None else [False] * len(inputs)
     tokens: list[dict | None] = [{"tokens": {}, "cut_tokens": {}} if w else None for w in wanted]
     unknown, total = [0] * len(inputs), [0] * len(inputs)
-    for field, input_name in zip(fields, config.inputs):
-        max_length = config.max_lengths[input_name]
-        if field == "evidence":
-            flat = [text for x in inputs for text in x.evidence]
-            encoded = runtime.encoder.encode(flat, max_length, [w for x, w in zip(inputs, wanted) for _ in x.evidence])
+    for spec in fields:
+        field, max_length = spec.name, config.max_lengths[spec.input]
+        if spec.many:
+            lists = [getattr(x, field) for x in inputs]
+            flat = [text for texts in lists for text in texts]
+            encoded = runtime.encoder.encode(flat, max_length, [w for texts, w in zip(lists, wanted) for _ in texts])
             groups, at = [], 0
-            for i, x in enumerate(inputs):
-                n = len(x.evidence)
+            for i, texts in enumerate(lists):
+                n = len(texts)
                 groups.append(encoded.ids[at : at + n])
                 truncated[i] |= any(encoded.cut[at : at + n])
                 unknown[i] += sum(encoded.unknown[at : at + n])
@@ -124,9 +113,9 @@ def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool]
     """The runtime items of `inputs`, in order (the batcher calls this in its inference
     thread for everything that queued since its last batch); `explain[i]` adds input i's tokens."""
     out = []
-    task = runtime.config.task
+    many = [f.many for f in TASKS[runtime.config.task].fields]
     for row, truncated, tokens, share in token_ids(runtime, inputs, explain):
-        texts = [row[0]] + (list(row[1]) if task == "verification" else list(row[1:]))
+        texts = [t for ids, is_list in zip(row, many) for t in (ids if is_list else [ids])]
         if any(len(t) == 0 for t in texts):
             out.append(Encoded(None, truncated, "a text has no tokens after normalisation"))
         else:

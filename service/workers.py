@@ -40,42 +40,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from service.worker_group import MULTIPROC_ENV, WORKER_COUNT_ENV, WorkerGroup
+
 log = logging.getLogger("service.workers")
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # written into a named PROMETHEUS_MULTIPROC_DIR: the directory is the service's own to empty
 MULTIPROC_MARKER = ".attserve-multiproc"
-WORKER_COUNT_ENV = "ATTSERVE_WORKER_COUNT"  # set by the supervisor for its workers only
 CRASH_WINDOW_S = 10.0
 MAX_QUICK_CRASHES = 3
 READY_POLL_S = 0.1
 SUPERVISOR_POLL_S = 0.5
-
-
-class WorkerGroup:
-    """The workers' shared readiness: one marker file per ready worker."""
-
-    def __init__(self, shared_dir: Path, expected: int) -> None:
-        self.dir = Path(shared_dir) / "workers"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.expected = expected
-
-    @classmethod
-    def from_environment(cls) -> "WorkerGroup | None":
-        count, shared = os.environ.get(WORKER_COUNT_ENV), os.environ.get(MULTIPROC_ENV)
-        if not count or not shared:
-            return None
-        return cls(Path(shared), int(count))
-
-    def mark(self, pid: int, ready: bool) -> None:
-        marker = self.dir / str(pid)
-        if ready:
-            marker.touch()
-        else:
-            marker.unlink(missing_ok=True)
-
-    def ready_count(self) -> int:
-        return sum(1 for _ in self.dir.iterdir())
 
 
 def watch_readiness(service: Any, group: WorkerGroup) -> threading.Thread:
@@ -117,9 +91,9 @@ def watch_supervisor(supervisor_pid: int) -> threading.Thread:
 
 def _worker_main(settings: Any, backlog: int, supervisor_pid: int) -> None:
     """A worker process: the same app and server as a single-process `attserve serve`."""
-    from service.app import StartupError
-    from service.commands import build_server, run_server
     from service.logs import configure_logging
+    from service.registry import StartupError
+    from service.server import build_server, run_server
 
     configure_logging(settings.log_level)
     # Ctrl-C in a terminal reaches the whole process group: let the supervisor decide, it
@@ -143,7 +117,7 @@ def prepare_shared_dir() -> Path:
     emptied (stale files would add old counts to the sums) and marked as the service's. A
     named directory that holds files but not the marker may be anything (a volume, /tmp):
     StartupError, and nothing in it is touched."""
-    from service.app import StartupError
+    from service.registry import StartupError
 
     named = os.environ.get(MULTIPROC_ENV)
     if not named:

@@ -1,7 +1,7 @@
 """Tiny real bundles for the service tests: one entailment model, one verification model and
 two classifiers (topic, sentiment), each an untrained small AttConv-light network with a fixed
 seed, exported through the project's one bundle writer (export.bundle.write_bundle_from_network:
-ONNX export, parity check, config.json through service.bundle.BundleConfig).
+ONNX export, parity check, config.json through core.bundle.BundleConfig).
 
 Tests import torch/models only here, to BUILD bundles; the service under test never does.
 The `service_bundles` session fixture is registered for every test module by conftest.py.

@@ -155,9 +155,9 @@ def test_padding_rows_do_not_change_a_row(service_bundles, name):
         assert np.abs(np.asarray(got.probs) - np.asarray(want.probs)).max() <= 1e-6
         assert got.label_index == want.label_index
         _close(got.explanation, want.explanation)
-        if want.evidence_scores is not None:
-            assert len(got.evidence_scores) == len(want.evidence_scores)
-            assert np.abs(np.asarray(got.evidence_scores) - np.asarray(want.evidence_scores)).max() <= 1e-6
+        if want.per_text is not None:
+            assert len(got.per_text) == len(want.per_text)
+            assert np.abs(np.asarray(got.per_text) - np.asarray(want.per_text)).max() <= 1e-6
     assert all(shape[0] == 8 for feeds in seen for shape in feeds.values())  # 5 rows padded to 8
 
 
@@ -235,5 +235,5 @@ def test_padding_rows_do_not_change_a_row_of_a_shipped_model(name):
         together = runtime.infer([items[k]] + [it for j, it in enumerate(items) if j != k])  # 3 rows -> 4
         got, want = together[0], alone[k]
         assert np.abs(got.logits - want.logits).max() <= 1e-6
-        if want.evidence_scores is not None:
-            assert np.abs(np.asarray(got.evidence_scores) - np.asarray(want.evidence_scores)).max() <= 1e-6
+        if want.per_text is not None:
+            assert np.abs(np.asarray(got.per_text) - np.asarray(want.per_text)).max() <= 1e-6

@@ -246,7 +246,7 @@ def test_profile_summary_shares() -> None:
 
     raw = "\n".join([
         ("thread (11): MainThread;run (uvicorn/server.py:86);_predict (service/routes.py:150);"
-         "encode (service/tokenization.py:60) 6"),
+         "encode (core/tokenization.py:60) 6"),
         "thread (11): MainThread;run (uvicorn/server.py:86);app (starlette/routing.py:70) 2",
         ("thread (12): ort-m_0;_worker (concurrent/futures/thread.py:80);run "
          "(onnxruntime/capi/onnxruntime_inference_collection.py:266) 12"),

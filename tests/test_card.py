@@ -181,7 +181,7 @@ def _onnx_logits(bundle: Path, examples: list[PairExample]) -> np.ndarray:
     """The graph run one example at a time, unpadded (independent of card's batching)."""
     import onnxruntime as ort
 
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
 
     config = json.loads((bundle / "config.json").read_text())
     encoder = TextEncoder.from_file(bundle / "tokenizer.json")
@@ -202,7 +202,7 @@ def _pairs(n: int, seed: int, words: list[str]) -> list[PairExample]:
 
 def test_card_on_a_bundle_writes_config_the_service_loads(service_bundles, tmp_path):
     from bundles import CORPUS
-    from service.bundle import load_bundle
+    from core.bundle import load_bundle
     from training.card import build_card, write_card
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
@@ -276,7 +276,7 @@ def test_service_applies_the_temperature_and_shows_the_card(service_bundles, tmp
     import onnxruntime as ort
 
     from service.settings import Settings
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
 
     repo = copy_repository(service_bundles, tmp_path / "repo", ["nli", "fever"])
     temperature = 2.5
@@ -317,7 +317,7 @@ def test_service_applies_the_temperature_and_shows_the_card(service_bundles, tmp
 
 @pytest.mark.parametrize("temperature", [0, -1.5, "nan"])
 def test_non_positive_temperature_is_refused_at_load(service_bundles, tmp_path, temperature):
-    from service.bundle import BundleError, load_bundle
+    from core.bundle import BundleError, load_bundle
     from service.settings import Settings
 
     repo = copy_repository(service_bundles, tmp_path / "repo", ["nli", "topic"])

@@ -82,7 +82,7 @@ def test_tokenizing_runs_in_the_inference_thread_batched_across_requests(service
     and concurrent requests are tokenized together (fewer encode calls than requests)."""
     import threading
 
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
 
     calls: list[tuple[str, int]] = []
     original = TextEncoder.encode
@@ -214,7 +214,7 @@ def test_a_batch_split_into_calls_answers_and_explains_each_item_as_alone(servic
     for i, (item, output) in enumerate(zip(items, outputs, strict=True)):
         alone = runtime.infer([item], [0] if explain[i] else [])[0]
         assert np.allclose(output.logits, alone.logits, atol=1e-5)
-        assert np.allclose(output.evidence_scores, alone.evidence_scores, atol=1e-5)
+        assert np.allclose(output.per_text, alone.per_text, atol=1e-5)
         if explain[i]:
             assert output.explanation and output.explanation.keys() == alone.explanation.keys()
             assert json.dumps(output.explanation) == json.dumps(alone.explanation) or _close(output.explanation, alone.explanation)

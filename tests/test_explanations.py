@@ -265,7 +265,7 @@ def test_unknown_and_truncated_tokens_are_marked(family_repository):
 def test_config_refuses_an_explanation_named_like_an_output():
     from pydantic import ValidationError
 
-    from service.bundle import BundleConfig, ExplanationOutput
+    from core.bundle import BundleConfig, ExplanationOutput
 
     base = dict(name="x", version="1", task="entailment", architecture="attconv-light", labels=["a", "b"],
                 inputs=["premise_ids", "hypothesis_ids"], outputs=["logits"],

@@ -29,8 +29,8 @@ from export.parity import ParityError
 from models import NetworkConfig, TextClassifier, architectures, build_network
 from models.base import register
 from models.layers import Conv1dSame, classifier_head, masked_max, masked_softmax, pair_features, zero_padding
-from service.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleError, check_output_width, load_bundle, sha256_file
-from service.tokenization import TextEncoder
+from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleError, check_output_width, load_bundle, sha256_file
+from core.tokenization import TextEncoder
 from training.batching import encode_examples, label_ids
 from training.checkpoint import load_checkpoint, load_examples, make_meta, save_checkpoint
 from training.examples import ClaimExample, PairExample, TextExample, texts_of
@@ -319,7 +319,7 @@ def test_parity_allows_one_near_tie_step_in_discrete_evidence_scores_and_no_more
     """Context-wise evidence_scores count the claim dimensions each evidence slot wins, so a near-tie
     that float rounding settles differently in onnxruntime moves two slots by 1/hidden_dim. Parity
     allows that one step on evidence_scores, never on the logits."""
-    from service.bundle import Parity
+    from core.bundle import Parity
 
     network = build_network("attconv-advanced", task="verification", vocab_size=50, num_labels=3, hidden_dim=300,
                             multi_context="wise")

@@ -155,7 +155,7 @@ def test_megabyte_text_does_not_stall_other_requests(service_bundles, monkeypatc
     loop, so /health/live keeps answering meanwhile (in-process: one loop for app and client).
     Inline, not a single probe could be answered while the encoder runs."""
     from service.settings import Settings
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
 
     encoding: list[float] = []  # start and end of the 1 MB text's encode call
     encode = TextEncoder.encode

@@ -50,7 +50,7 @@ def error_of(r: httpx.Response, status: int, code: str) -> str:
 # --- 1. NFKC expansion ------------------------------------------------------------------------
 
 def test_check_text_stops_right_after_the_limit_however_much_a_character_expands():
-    from service.tokenization import TextTooLong, check_text
+    from core.tokenization import TextTooLong, check_text
 
     assert check_text("abc", 3).normalized_length == 3
     assert check_text("\ufdfa", 18).normalized_length == 18  # one character, 18 after NFKC

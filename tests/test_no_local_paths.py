@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import BundleConfig, strip_local_paths
+from core.bundle import BundleConfig, strip_local_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 

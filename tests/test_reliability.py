@@ -187,7 +187,7 @@ def test_altered_tokenizer_is_refused_by_its_checksum_naming_the_file(service_bu
     """Only the tokenizer is altered (the model file and its checksum are intact): the load must
     fail on tokenizer_sha256 alone. A loader that checked only model_sha256 would serve the
     swapped vocabulary silently (the altered file loads fine, as the last lines show)."""
-    from service.bundle import BundleError, load_bundle, sha256_file
+    from core.bundle import BundleError, load_bundle, sha256_file
     from service.runtime import ModelRuntime
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
@@ -211,7 +211,7 @@ def test_weights_in_an_external_data_file_are_refused(service_bundles, tmp_path)
     vouching for model.onnx only) is refused; before, it loaded, and zeroing weights.bin changed
     the answers under the same version and model_sha256."""
     onnx = pytest.importorskip("onnx")
-    from service.bundle import BundleError, load_bundle
+    from core.bundle import BundleError, load_bundle
     from service.runtime import ModelRuntime
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
@@ -230,13 +230,13 @@ def test_weights_in_an_external_data_file_are_refused(service_bundles, tmp_path)
 
 def test_external_data_is_found_wherever_a_tensor_can_sit():
     """In a subgraph's node attribute, a sparse initializer, a function's node: every place of
-    the subset of onnx.proto service.bundle reads, whose field numbers are onnx's own."""
+    the subset of onnx.proto core.bundle reads, whose field numbers are onnx's own."""
     onnx = pytest.importorskip("onnx")
     from onnx import helper, numpy_helper
     from onnx.external_data_helper import set_external_data
 
     import numpy as np
-    from service.bundle import _ONNX_TENSOR_PLACES, external_data
+    from core.bundle import _ONNX_TENSOR_PLACES, external_data
 
     for message, fields in _ONNX_TENSOR_PLACES.items():
         descriptor = getattr(onnx, message).DESCRIPTOR
@@ -272,7 +272,7 @@ def test_external_data_is_found_wherever_a_tensor_can_sit():
 
 
 def test_smuggled_pickle_tokenizer_is_refused_naming_the_file(service_bundles, tmp_path):
-    from service.bundle import BundleError
+    from core.bundle import BundleError
     from service.runtime import ModelRuntime
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["topic"]) / "topic"
@@ -347,14 +347,15 @@ def test_no_code_path_unpickles():
 
 
 def test_serving_code_loads_files_only_through_onnxruntime_and_tokenizers():
-    """service/ imports nothing that can deserialize code-carrying formats: its third-party
-    imports are the web stack, numpy (arrays it builds itself), and the two loaders."""
+    """service/ and core/ (what the serving image holds) import nothing that can deserialize
+    code-carrying formats: their third-party imports are the web stack, numpy (arrays they
+    build themselves), and the two loaders."""
     allowed = {"numpy", "onnxruntime", "tokenizers", "fastapi", "starlette", "pydantic", "pydantic_settings",
-               "prometheus_client", "uvicorn", "typer", "service",
+               "prometheus_client", "uvicorn", "typer", "service", "core",
                "httptools",  # service/http.py: uvicorn's own parser, for its exception classes
-               "google"}  # protobuf (onnxruntime's own dependency): service/bundle.py reads where tensors keep their data
+               "google"}  # protobuf (onnxruntime's own dependency): core/bundle.py reads where tensors keep their data
     third_party = set()
-    for f in sorted((REPO / "service").glob("*.py")):
+    for f in sorted([*(REPO / "service").glob("*.py"), *(REPO / "core").glob("*.py")]):
         for node in ast.walk(ast.parse(f.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])

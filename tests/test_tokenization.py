@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from service.bundle import BundleConfig, BundleError, read_config
-from service.tokenization import PAD_ID, TextEncoder, pad_2d, pad_3d
+from core.bundle import BundleConfig, BundleError, read_config
+from core.tokenization import PAD_ID, TextEncoder, pad_2d, pad_3d
 from training.tokenizer import build_tokenizer, save_tokenizer
 
 CORPUS = ["A man plays a guitar.", "Two dogs run, in the park!", "The man isn't sleeping."]

@@ -20,7 +20,7 @@ import models.base
 from model_cases import SMALL
 from models import TASKS, NetworkConfig, TextClassifier, architectures
 from models.layers import masked_mean, masked_softmax
-from service.tokenization import TextEncoder
+from core.tokenization import TextEncoder
 from training.baseline import C_GRID, run_baseline
 from training.batching import encode_examples
 from training.checkpoint import EXAMPLES_FILE, load_checkpoint, load_examples

@@ -11,7 +11,7 @@ import onnx
 import pytest
 import torch
 
-from service.tokenization import PAD_ID, TextEncoder, oov_token
+from core.tokenization import PAD_ID, TextEncoder, oov_token
 from training.tokenizer import build_tokenizer, producible, save_tokenizer, trainable_rows
 
 TRAIN = ["the cat sat on the mat", "the dog sat", "a cat ran"]
@@ -315,7 +315,7 @@ def test_a_bundle_gains_pretrained_words_after_export_with_the_network_unchanged
     assert vocab["okapi"] == len(old_vocab) and vocab["ibex"] == len(old_vocab) + 1  # not a bucket
     config = json.loads((bundle / "config.json").read_text())
     assert config["parity"]["vocabulary_extended"]["pretrained_words_before"] == 2
-    from service.bundle import load_bundle, sha256_file
+    from core.bundle import load_bundle, sha256_file
     assert load_bundle(bundle).config.model_sha256 == sha256_file(bundle / "model.onnx")
 
     session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from service.tokenization import TextEncoder, pad_2d, pad_3d
+from core.tokenization import TextEncoder, pad_2d, pad_3d
 from training.examples import ClaimExample, Example, PairExample, TextExample
 
 

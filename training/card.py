@@ -21,7 +21,7 @@ trained on, by its checksum), never their directories.
 
 `write_card` stores it as `card` in config.json, keeping every other key; no checksum covers
 config.json (only model.onnx and tokenizer.json are hashed), and the result is validated by
-`service.bundle` before it replaces the file. No torch is needed.
+`core.bundle` before it replaces the file. No torch is needed.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import numpy as np
 import pydantic_core
 from tqdm.auto import tqdm
 
-from service.bundle import CONFIG_FILE, BundleConfig, load_bundle, read_config
-from service.tokenization import PAD_ID, UNK_TOKEN, TextEncoder
+from core.bundle import CONFIG_FILE, BundleConfig, load_bundle, read_config
+from core.tokenization import PAD_ID, UNK_TOKEN, TextEncoder
 from training.batching import encode_examples, label_ids
 from training.calibration import calibrated_probs, ece_from_confidence, expected_calibration_error, fit_temperature
 from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample

@@ -218,7 +218,7 @@ def card(
         modes = loaded
     if failure_mode:
         modes = [*(modes or []), *failure_mode]
-    from service.bundle import BundleError
+    from core.bundle import BundleError
 
     try:
         result = build_card(bundle, dev_split=dev_split, ood_dir=ood_dir, failure_modes=modes, dataset=dataset,

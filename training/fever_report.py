@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.bundle import load_bundle
-from service.tokenization import TextEncoder
+from core.bundle import load_bundle
+from core.tokenization import TextEncoder
 from training.card import open_session, score_examples
 from training.datasets import SPLIT_SEED, _fever_parts, benchmark_dir
 from training.examples import ClaimExample

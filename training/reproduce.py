@@ -155,7 +155,7 @@ def run_row(
     `splits` replaces the benchmark's files and `recipe_update` the recipe (tests)."""
     import numpy as np
 
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
     from training.checkpoint import TOKENIZER_FILE
     from training.datasets import load_benchmark
     from training.pair_evaluation import (

@@ -2,7 +2,7 @@
 
 Lower-casing (after NFKC) normaliser, punctuation-aware pre-tokeniser (words and each
 punctuation mark separately), min frequency, [PAD]=0 and [UNK]=1. The service loads the same
-file through `service.tokenization.TextEncoder`.
+file through `core.tokenization.TextEncoder`.
 
 Vocabulary over pretrained vectors: besides the training words, the `pretrained_words` (the
 most frequent words of a pretrained vector set, e.g. GloVe) are in the vocabulary, so a word
@@ -24,7 +24,7 @@ from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
-from service.tokenization import PAD_TOKEN, UNK_TOKEN, oov_token
+from core.tokenization import PAD_TOKEN, UNK_TOKEN, oov_token
 
 
 # Penn Treebank bracket escapes, as in Wikipedia-derived sets (FEVER): "-LRB-" is "(".
@@ -89,7 +89,7 @@ def pretrained_only(tokenizer: Tokenizer, pretrained_words: Iterable[str], known
 
 def trainable_rows(tokenizer: Tokenizer) -> int:
     """Ids below this are training words, specials and buckets: the rows training can update."""
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
 
     encoder = TextEncoder(tokenizer)
     if not encoder.oov_buckets:
@@ -99,7 +99,7 @@ def trainable_rows(tokenizer: Tokenizer) -> int:
 
 def pretrained_count(tokenizer: Tokenizer) -> int:
     """How many pretrained-only words the vocabulary appends (0 without buckets)."""
-    from service.tokenization import TextEncoder
+    from core.tokenization import TextEncoder
 
     return tokenizer.get_vocab_size() - trainable_rows(tokenizer) if TextEncoder(tokenizer).oov_buckets else 0
 

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from tokenizers import Tokenizer
 
 from models import TextClassifier, build_network
-from service.tokenization import TextEncoder, pad_2d, pad_3d
+from core.tokenization import TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
 from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of

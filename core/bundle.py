@@ -21,25 +21,15 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.tasks import TASKS
+
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 FORMAT_VERSION = 1
 
-Task = Literal["classification", "entailment", "verification"]
-
-# ids inputs each task's graph takes, in order (mirrors models.base.TASKS, which service may
-# not import).
-TASK_INPUTS: dict[str, tuple[str, ...]] = {
-    "classification": ("input_ids",),
-    "entailment": ("premise_ids", "hypothesis_ids"),
-    "verification": ("claim_ids", "evidence_ids"),
-}
-TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "classification": ("logits",),
-    "entailment": ("logits",),
-    "verification": ("logits", "evidence_scores"),
-}
+# a task's name, as core.tasks registers it
+Task = Literal[tuple(TASKS)]  # type: ignore[valid-type]
 
 
 class BundleError(Exception):
@@ -169,7 +159,7 @@ class BundleConfig(BaseModel):
     outputs: list[str]
     # Max tokens per text for each ids input; longer texts are truncated by the service.
     max_lengths: dict[str, int]
-    # Verification only: the most evidence sentences one claim may carry.
+    # A task with a list field only (verification's evidence): the most texts one input's list may hold.
     max_evidence: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     data_checksums: dict[str, str] = Field(default_factory=dict)
@@ -203,17 +193,18 @@ class BundleConfig(BaseModel):
     def _consistent(self) -> "BundleConfig":
         if self.format_version != FORMAT_VERSION:
             raise ValueError(f"format_version {self.format_version} is not supported (expected {FORMAT_VERSION})")
-        if tuple(self.inputs) != TASK_INPUTS[self.task]:
-            raise ValueError(f"inputs {self.inputs} do not match task {self.task} {list(TASK_INPUTS[self.task])}")
-        if tuple(self.outputs) != TASK_OUTPUTS[self.task]:
-            raise ValueError(f"outputs {self.outputs} do not match task {self.task} {list(TASK_OUTPUTS[self.task])}")
+        task = TASKS[self.task]
+        if tuple(self.inputs) != task.inputs:
+            raise ValueError(f"inputs {self.inputs} do not match task {self.task} {list(task.inputs)}")
+        if tuple(self.outputs) != task.outputs:
+            raise ValueError(f"outputs {self.outputs} do not match task {self.task} {list(task.outputs)}")
         missing = [n for n in self.inputs if n not in self.max_lengths]
         if missing:
             raise ValueError(f"max_lengths lacks {missing}")
         if any(v < 1 for v in self.max_lengths.values()):
             raise ValueError("max_lengths must be >= 1")
-        if self.task == "verification" and not self.max_evidence:
-            raise ValueError("a verification bundle needs max_evidence >= 1")
+        if task.list_field is not None and not self.max_evidence:
+            raise ValueError(f"a {self.task} bundle needs max_evidence >= 1 (the most {task.list_field.name} texts per input)")
         if self.explanation is not None:
             e = self.explanation
             if e.output in self.outputs:

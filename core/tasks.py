@@ -1,0 +1,117 @@
+"""The tasks, each written once: what a request of the task holds, the graph it runs and what its
+answer adds. Training, export, the networks and the service all read this registry; nothing here
+imports torch, onnxruntime or a web framework.
+
+A task's input is a few texts (`TextField`): each one is a graph input of token ids, rank 2
+`(B, L)`, or for a field that holds a list of texts (verification's `evidence`) rank 3
+`(B, K, L)`. Its graph returns `logits (B, C)` first, then at most one score per text of the list
+field (`(B, K)`, verification's `evidence_scores`).
+
+    classification  text                      input_ids (B, L)                  -> logits
+    entailment      premise, hypothesis       premise_ids, hypothesis_ids       -> logits
+    verification    claim, evidence[]         claim_ids, evidence_ids (B, K, L) -> logits, evidence_scores
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TextField:
+    """One text of a task's input: the request field, the graph input of its ids, and whether
+    the field is a list of texts (ids of rank 3, one row of ids per text)."""
+
+    name: str
+    input: str
+    many: bool = False
+
+    @property
+    def rank(self) -> int:
+        return 3 if self.many else 2
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: its endpoint, its texts (in graph-input order) and its graph outputs (logits
+    first; then, for a task with a list field, the one score per text of that list)."""
+
+    name: str
+    endpoint: str  # "/verify"
+    label: str  # the endpoint's name: route name and the `endpoint` metric label ("verify")
+    summary: str  # one line for the route's documentation and the service index
+    fields: tuple[TextField, ...]
+    outputs: tuple[str, ...] = ("logits",)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The graph's ids inputs, in order."""
+        return tuple(f.input for f in self.fields)
+
+    @property
+    def input_ranks(self) -> tuple[int, ...]:
+        return tuple(f.rank for f in self.fields)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    @property
+    def list_field(self) -> TextField | None:
+        """The field that holds a list of texts, if any (at most one per task)."""
+        return next((f for f in self.fields if f.many), None)
+
+    @property
+    def per_text_output(self) -> str | None:
+        """The output with one score per text of the list field, if the graph has one."""
+        return self.outputs[1] if len(self.outputs) > 1 else None
+
+    def texts(self, x: Any) -> list[str]:
+        """Every text of one input (an object with the task's fields as attributes), in field
+        order, a list field's texts in their order."""
+        out: list[str] = []
+        for f in self.fields:
+            value = getattr(x, f.name)
+            out.extend(value) if f.many else out.append(value)
+        return out
+
+    def named_texts(self, x: Any) -> list[tuple[str, str]]:
+        """(where, text) of every text of one input: `claim`, `evidence[0]`, ..."""
+        out: list[tuple[str, str]] = []
+        for f in self.fields:
+            value = getattr(x, f.name)
+            if f.many:
+                out += [(f"{f.name}[{k}]", text) for k, text in enumerate(value)]
+            else:
+                out.append((f.name, value))
+        return out
+
+
+def _registry(*tasks: Task) -> dict[str, Task]:
+    for task in tasks:
+        if sum(f.many for f in task.fields) > 1:
+            raise ValueError(f"task {task.name}: at most one field holds a list of texts")
+        if len(task.outputs) > 1 and task.list_field is None:
+            raise ValueError(f"task {task.name}: a per-text output needs a list field")
+    return {task.name: task for task in tasks}
+
+
+TASKS: dict[str, Task] = _registry(
+    Task("classification", "/classify", "classify",
+         "Label a text with a classifier (topic, sentiment, ...), one text or a batch.",
+         (TextField("text", "input_ids"),)),
+    Task("entailment", "/entailment", "entailment",
+         "Does the premise entail the hypothesis? One pair or a batch.",
+         (TextField("premise", "premise_ids"), TextField("hypothesis", "hypothesis_ids"))),
+    Task("verification", "/verify", "verify",
+         "Verify a claim against evidence sentences; `evidence_scores` weighs each one.",
+         (TextField("claim", "claim_ids"), TextField("evidence", "evidence_ids", many=True)),
+         outputs=("logits", "evidence_scores")),
+)
+
+# endpoint name ("verify") -> its task
+TASK_OF_LABEL: dict[str, Task] = {task.label: task for task in TASKS.values()}
+
+# ids input -> the request field of its text, over every task ("evidence_ids" -> "evidence")
+TEXT_FIELD_OF_INPUT: dict[str, str] = {f.input: f.name for task in TASKS.values() for f in task.fields}
