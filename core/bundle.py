@@ -154,7 +154,8 @@ class BundleConfig(BaseModel):
     task: Task
     architecture: str
     description: str = ""
-    labels: list[str] = Field(min_length=2)
+    # a labelled task's labels, in logits order (at least 2); none for a task without logits
+    labels: list[str] = Field(default_factory=list)
     inputs: list[str]
     outputs: list[str]
     # Max tokens per text for each ids input; longer texts are truncated by the service.
@@ -203,6 +204,10 @@ class BundleConfig(BaseModel):
             raise ValueError(f"max_lengths lacks {missing}")
         if any(v < 1 for v in self.max_lengths.values()):
             raise ValueError("max_lengths must be >= 1")
+        if task.labelled and len(self.labels) < 2:
+            raise ValueError(f"a {self.task} bundle needs at least 2 labels, got {self.labels}")
+        if not task.labelled and self.labels:
+            raise ValueError(f"a {self.task} bundle has no logits, so no labels; got {self.labels}")
         if task.list_field is not None and not self.max_evidence:
             raise ValueError(f"a {self.task} bundle needs max_evidence >= 1 (the most {task.list_field.name} texts per input)")
         if self.explanation is not None:
@@ -378,8 +383,9 @@ def load_bundle(path: str | Path) -> Bundle:
 
 
 def check_output_width(bundle: Bundle, width: int | str | None) -> None:
-    """Reject a bundle whose labels do not match the graph's logits width."""
-    if isinstance(width, int) and width != len(bundle.config.labels):
+    """Reject a bundle whose labels do not match the graph's logits width (the first output's
+    last axis; a task without logits has nothing to check)."""
+    if TASKS[bundle.config.task].labelled and isinstance(width, int) and width != len(bundle.config.labels):
         raise BundleError(
             f"{bundle.path / CONFIG_FILE}: {len(bundle.config.labels)} labels {bundle.config.labels} "
             f"but {bundle.model_path} outputs {width} logits"

@@ -4,8 +4,9 @@ imports torch, onnxruntime or a web framework.
 
 A task's input is a few texts (`TextField`): each one is a graph input of token ids, rank 2
 `(B, L)`, or for a field that holds a list of texts (verification's `evidence`) rank 3
-`(B, K, L)`. Its graph returns `logits (B, C)` first, then at most one score per text of the list
-field (`(B, K)`, verification's `evidence_scores`).
+`(B, K, L)`. A labelled task's graph returns `logits (B, C)` over its bundle's labels first
+(answers: `label`, `scores`); a task with a list field may add one score per text of the list
+(`(B, K)`, verification's `evidence_scores`).
 
     classification  text                      input_ids (B, L)                  -> logits
     entailment      premise, hypothesis       premise_ids, hypothesis_ids       -> logits
@@ -34,15 +35,20 @@ class TextField:
 
 @dataclass(frozen=True)
 class Task:
-    """A task: its endpoint, its texts (in graph-input order) and its graph outputs (logits
-    first; then, for a task with a list field, the one score per text of that list)."""
+    """A task: its endpoint, its texts (in graph-input order) and its graph outputs."""
 
     name: str
     endpoint: str  # "/verify"
     label: str  # the endpoint's name: route name and the `endpoint` metric label ("verify")
     summary: str  # one line for the route's documentation and the service index
     fields: tuple[TextField, ...]
-    outputs: tuple[str, ...] = ("logits",)
+    per_text: str | None = None  # the output with one score per text of the list field, if any
+    labelled: bool = True  # the graph's first output is logits (B, C) over the bundle's labels
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The graph's outputs, in order: logits (a labelled task), then the per-text scores."""
+        return (("logits",) if self.labelled else ()) + ((self.per_text,) if self.per_text else ())
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -61,11 +67,6 @@ class Task:
     def list_field(self) -> TextField | None:
         """The field that holds a list of texts, if any (at most one per task)."""
         return next((f for f in self.fields if f.many), None)
-
-    @property
-    def per_text_output(self) -> str | None:
-        """The output with one score per text of the list field, if the graph has one."""
-        return self.outputs[1] if len(self.outputs) > 1 else None
 
     def texts(self, x: Any) -> list[str]:
         """Every text of one input (an object with the task's fields as attributes), in field
@@ -92,8 +93,10 @@ def _registry(*tasks: Task) -> dict[str, Task]:
     for task in tasks:
         if sum(f.many for f in task.fields) > 1:
             raise ValueError(f"task {task.name}: at most one field holds a list of texts")
-        if len(task.outputs) > 1 and task.list_field is None:
+        if task.per_text is not None and task.list_field is None:
             raise ValueError(f"task {task.name}: a per-text output needs a list field")
+        if not task.outputs:
+            raise ValueError(f"task {task.name}: its graph has no output")
     return {task.name: task for task in tasks}
 
 
@@ -107,7 +110,7 @@ TASKS: dict[str, Task] = _registry(
     Task("verification", "/verify", "verify",
          "Verify a claim against evidence sentences; `evidence_scores` weighs each one.",
          (TextField("claim", "claim_ids"), TextField("evidence", "evidence_ids", many=True)),
-         outputs=("logits", "evidence_scores")),
+         per_text="evidence_scores"),
 )
 
 # endpoint name ("verify") -> its task

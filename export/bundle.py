@@ -23,7 +23,7 @@ import torch
 from export.explanations import expose_explanation
 from export.onnx_graph import OPSET, export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
 from export.parity import TOLERANCE, assert_parity, check_parity, cpu_session, example_batches
-from models import TASKS, TextClassifier, architectures
+from models import TASKS, TextClassifier, architectures, serve_as
 from core.bundle import (
     CONFIG_FILE,
     MODEL_FILE,
@@ -124,11 +124,11 @@ def write_bundle_from_network(
             task=task,
             architecture=architecture,
             description=description or architectures()[architecture].description,
-            labels=list(labels),
+            labels=list(labels) if TASKS[task].labelled else [],
             inputs=list(TASKS[task].inputs),
             outputs=list(TASKS[task].outputs),
             max_lengths=dict(max_lengths),
-            max_evidence=max_evidence if task == "verification" else None,
+            max_evidence=max_evidence if TASKS[task].list_field is not None else None,
             metrics=metrics,
             data_checksums=dict(data_checksums or {}),
             parity=parity,
@@ -172,6 +172,17 @@ def write_bundle(
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     (step or (lambda _: None))("loading checkpoint")
     network, meta = load_checkpoint(checkpoint_dir)
+    max_lengths, max_evidence, examples = meta.max_lengths, meta.max_evidence, load_examples(checkpoint_dir)
+    served = (meta.recipe or {}).get("serve_as")
+    if served:
+        # the recipe serves the trained network as another task (models.serve_as): its limits
+        # follow the trained inputs in order unless the recipe names them; the parity examples
+        # are of the trained task, so the served graph is checked on random batches alone
+        trained = TASKS[network.config.task]
+        network = serve_as(network, served["task"])
+        max_lengths = served.get("max_lengths") or {new: meta.max_lengths[old] for new, old in
+                                                    zip(TASKS[served["task"]].inputs, trained.inputs, strict=True)}
+        max_evidence, examples = served.get("max_evidence"), []
     return write_bundle_from_network(
         network,
         architecture=meta.architecture,
@@ -179,11 +190,11 @@ def write_bundle(
         labels=meta.labels,
         tokenizer_path=checkpoint_dir / CHECKPOINT_TOKENIZER_FILE,
         out_dir=out_dir,
-        max_lengths=meta.max_lengths,
-        max_evidence=meta.max_evidence,
+        max_lengths=max_lengths,
+        max_evidence=max_evidence,
         metrics=meta.metrics,
         data_checksums=meta.data_checksums,
-        examples=load_examples(checkpoint_dir),
+        examples=examples,
         version=version,
         description=meta.description,
         variants=variants,

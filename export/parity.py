@@ -166,12 +166,12 @@ def random_batches(
             for name, rank in zip(spec.inputs, spec.input_ranks)
         )
 
-    default_count = max_evidence if task == "verification" else None
+    default_count = max_evidence if spec.list_field is not None else None
     batches = []
     for size in batch_sizes:
         batches.append(batch(size, lambda name: unseen_length(max_lengths[name]), default_count))
         batches.append(batch(size, lambda name: max_lengths[name], default_count))
-    if task == "verification":
+    if spec.list_field is not None:
         for count in range(1, (max_evidence or 1) + 1):
             batches.append(batch(batch_sizes[len(batch_sizes) // 2], lambda name: unseen_length(max_lengths[name]), count))
     return batches

@@ -1,7 +1,7 @@
 """PyTorch networks: AttConv, ABCNN and ACT (plus a Transformer baseline). No I/O here."""
 
 from models.base import PAD_ID, TASKS, IdsOnly, NetworkConfig, TextClassifier
-from models.registry import architectures, build_network, config_to_dict, make_config, network_from_dict
+from models.registry import architectures, build_network, config_to_dict, make_config, network_from_dict, serve_as
 
 __all__ = [
     "PAD_ID",
@@ -14,4 +14,5 @@ __all__ = [
     "config_to_dict",
     "make_config",
     "network_from_dict",
+    "serve_as",
 ]

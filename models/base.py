@@ -101,6 +101,26 @@ class TextClassifier(nn.Module):
         return [m for m in self.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == self.config.vocab_size]
 
 
+# served task -> the class that wraps a trained network as that task's network
+# (`@adapter("rerank")`, e.g. models.rerank.PairReranker: a pair network scoring each candidate)
+_ADAPTERS: dict[str, Callable[[TextClassifier], TextClassifier]] = {}
+
+
+def adapter(task: str) -> Callable[[type], type]:
+    """Class decorator: the class wraps a trained network (its one constructor argument) as a
+    network of `task`, for export (a recipe's [serve_as])."""
+
+    def wrap(cls: type) -> type:
+        if task not in TASKS:
+            raise ValueError(f"adapter for unknown task {task!r}")
+        if task in _ADAPTERS:
+            raise ValueError(f"two adapters for task {task!r}")
+        _ADAPTERS[task] = cls
+        return cls
+
+    return wrap
+
+
 class IdsOnly(nn.Module):
     """Wraps a network so its inputs are the ids tensors alone (masks computed in-graph from
     the pad id). This is the graph that export writes and the service feeds."""

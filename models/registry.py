@@ -10,11 +10,18 @@ from typing import Any
 import models.abcnn  # noqa: F401  (registers bcnn, abcnn-1..3)
 import models.act  # noqa: F401  (registers act, transformer)
 import models.attconv  # noqa: F401  (registers attconv-light, attconv-advanced)
-from models.base import _REGISTRY, Architecture, TextClassifier
+from models.base import _ADAPTERS, _REGISTRY, Architecture, TextClassifier
 
 
 def architectures() -> dict[str, Architecture]:
     return dict(_REGISTRY)
+
+
+def serve_as(network: TextClassifier, task: str) -> TextClassifier:
+    """`network` wrapped as a network of `task` by the adapter registered for it."""
+    if task not in _ADAPTERS:
+        raise KeyError(f"no adapter serves task {task!r}; adapters: {sorted(_ADAPTERS)}")
+    return _ADAPTERS[task](network)
 
 
 def make_config(name: str, **overrides: Any) -> Any:

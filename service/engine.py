@@ -198,15 +198,16 @@ class Engine:
         cut to the max length, the share of its tokens outside the vocabulary; evidence scores
         for claims; the explanation when asked for."""
         labels = self.config.labels
-        per_text = self.task.per_text_output  # verification: "evidence_scores"
+        labelled = self.task.labelled
+        per_text = self.task.per_text  # verification: "evidence_scores"
         spec = self.config.explanation
         truncated = sum(d.truncated for d in done)
         if truncated:
             self._truncated.inc(truncated)
         results = []
         for d in done:
-            answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs)),
-                      "model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
+            answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs))} if labelled else {}
+            answer.update(model=self.name, truncated=d.truncated, unknown_token_share=d.unknown_share)
             if per_text is not None:
                 answer[per_text] = d.output.per_text
             if d.tokens is not None:

@@ -184,8 +184,8 @@ def _entry(request: Request, name: str, version: str | None, ready: bool = True)
 
 
 def output_names(task: str) -> list[str]:
-    per_text = TASKS[task].per_text_output
-    return ["label", "scores", "truncated"] + ([per_text] if per_text is not None else [])
+    spec = TASKS[task]
+    return (["label", "scores"] if spec.labelled else []) + ["truncated"] + ([spec.per_text] if spec.per_text else [])
 
 
 def _metadata(entry: ModelEntry) -> dict:
@@ -194,7 +194,7 @@ def _metadata(entry: ModelEntry) -> dict:
     inputs = [{"name": field.name, "datatype": "BYTES", "shape": [-1, -1] if field.many else [-1]}
               for field in task.fields]
     shapes = {"label": ("BYTES", [-1]), "scores": ("FP32", [-1, len(config.labels)]),
-              "truncated": ("BOOL", [-1]), task.per_text_output: ("FP32", [-1, -1])}
+              "truncated": ("BOOL", [-1]), task.per_text: ("FP32", [-1, -1])}
     outputs = [{"name": n, "datatype": shapes[n][0], "shape": shapes[n][1]} for n in output_names(config.task)]
     return {"name": entry.name, "versions": [config.version], "platform": "onnxruntime_onnx",
             "inputs": inputs, "outputs": outputs,
@@ -436,12 +436,13 @@ def _respond(entry: ModelEntry, req: _InferRequest, results: list[dict], k: int,
             wanted.append((out.name, bool(out.parameters.get("binary_data", binary_default))))
     n = len(results)
     tensors: dict[str, tuple[str, list[int], Any]] = {
-        "label": ("BYTES", [n], [r["label"] for r in results]),
-        "scores": ("FP32", [n, len(config.labels)],
-                   np.asarray([[r["scores"][label] for label in config.labels] for r in results], dtype=np.float32)),
         "truncated": ("BOOL", [n], np.asarray([r["truncated"] for r in results], dtype=bool)),
     }
-    per_text = TASKS[config.task].per_text_output
+    if TASKS[config.task].labelled:
+        tensors["label"] = ("BYTES", [n], [r["label"] for r in results])
+        tensors["scores"] = ("FP32", [n, len(config.labels)],
+                             np.asarray([[r["scores"][label] for label in config.labels] for r in results], dtype=np.float32))
+    per_text = TASKS[config.task].per_text
     if per_text is not None:
         scores = np.zeros((n, k), dtype=np.float32)
         for i, r in enumerate(results):

@@ -83,6 +83,7 @@ async def predict(request: Request, endpoint: str, body: Any) -> Response:
     batch = hasattr(body, "inputs")
     results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch,
                                         explain=body.explain)
+    answer_of = TASK_SCHEMAS[task].answer_of
     ignored = body.ignored_fields()
     if ignored:
         headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
@@ -90,8 +91,8 @@ async def predict(request: Request, endpoint: str, body: Any) -> Response:
     # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
     # pydantic's JSON writer: the same JSON as json.dumps (shortest round-trip floats, UTF-8) at
     # a quarter of its cost
-    response = Response(ANSWER_JSON.dump_json({"results": results} if batch else results[0]), media_type="application/json",
-                        headers=headers)
+    answer = answer_of(body, results) if answer_of is not None else {"results": results} if batch else results[0]
+    response = Response(ANSWER_JSON.dump_json(answer), media_type="application/json", headers=headers)
     limit = service.settings.max_answer_bytes
     if len(response.body) > limit:
         raise AnswerTooLarge(f"the answer is {len(response.body)} bytes, over {limit} {set_by('max_answer_bytes')}; "
@@ -133,8 +134,9 @@ def add_task_route(task: Task) -> None:
     ], return_annotation=Any)
     route.__name__ = route.__qualname__ = task.label  # the OpenAPI operation id: `<label>_<label>_post`
     route.__doc__ = task.summary
-    router.add_api_route(task.endpoint, route, methods=["POST"], response_model=Union[schemas.answer, schemas.batch_answer],
-                         responses=_ERRORS, tags=["inference"])
+    answers = schemas.answer if schemas.batch_answer is None else Union[schemas.answer, schemas.batch_answer]
+    router.add_api_route(task.endpoint, route, methods=["POST"], response_model=answers, responses=_ERRORS,
+                         tags=["inference"])
 
 
 for _task in TASKS.values():
@@ -150,9 +152,7 @@ async def index(request: Request) -> Any:
         "version": app.version,
         "description": app.description,
         "endpoints": {
-            "POST /classify": "label a text (or a batch under \"inputs\")",
-            "POST /entailment": "premise + hypothesis -> entailment / neutral / contradiction",
-            "POST /verify": "claim + evidence sentences -> SUPPORTS / REFUTES / NOT ENOUGH INFO",
+            **{f"POST {task.endpoint}": task.summary for task in TASKS.values()},
             "GET /v1/models": "the models, their tasks and each task's default",
             "GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
             "GET /health/live": "the process is up",

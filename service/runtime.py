@@ -161,9 +161,9 @@ class Item:
 class ItemOutput:
     """One item's answer, as plain Python values: the event loop only puts them in a dict."""
 
-    logits: np.ndarray  # (C,)
-    probs: list[float]  # (C,) softmax of logits / the bundle's temperature
-    label_index: int  # argmax of the logits
+    logits: np.ndarray | None  # (C,); None for a task without logits
+    probs: list[float] | None  # (C,) softmax of logits / the bundle's temperature
+    label_index: int | None  # argmax of the logits
     per_text: list[float] | None  # (K,) the task's per-text output (evidence_scores), this item's texts only
     # asked for: this item's slice of the explanation output, ready for the answer (explanation_of)
     explanation: dict | None = None
@@ -196,6 +196,8 @@ class ModelRuntime:
         self.list_inputs = {f.input for f in task.fields if f.many}
         # which ids input's item entry holds the texts the per-text output scores
         self.list_index = next((i for i, f in enumerate(task.fields) if f.many), None)
+        self.labelled = task.labelled
+        self.per_text_output = self.output_names.index(task.per_text) if task.per_text else None
         self.explanation = self.config.explanation
         self.buckets = {name: length_buckets(self.config.max_lengths[name]) for name in self.input_names}
         # bucket sizes of the number of texts in a list field
@@ -367,9 +369,10 @@ class ModelRuntime:
             # explanation's, is row-major: the last (rows - n) x K)
             outputs = [out[: n * (out.shape[0] // rows)] for out in outputs]
         logits = outputs[0]  # (B, C)
-        probs = softmax(logits, self.temperature).tolist()  # (B, C), one division per batch
-        best = logits.argmax(axis=-1).tolist()  # (B,)
-        scores = outputs[1].tolist() if len(self.output_names) > 1 else None  # (B, K)
+        labelled = self.labelled  # else outputs[0] is not logits, and there is no label
+        probs = softmax(logits, self.temperature).tolist() if labelled else None  # (B, C), one division per batch
+        best = logits.argmax(axis=-1).tolist() if labelled else None  # (B,)
+        scores = outputs[self.per_text_output].tolist() if self.per_text_output is not None else None  # (B, K)
         wanted = set(explain_rows)
         results = []
         for row, item in enumerate(items):
@@ -379,7 +382,10 @@ class ModelRuntime:
             explanation = None
             if row in wanted:
                 explanation = self.explanation_of(outputs[-1], row, item, feeds, per_text) if explain else {}
-            results.append(ItemOutput(logits[row], probs[row], best[row], per_text, explanation))
+            if labelled:
+                results.append(ItemOutput(logits[row], probs[row], best[row], per_text, explanation))
+            else:
+                results.append(ItemOutput(None, None, None, per_text, explanation))
         return results
 
     def explanation_of(self, tensor: np.ndarray, row: int, item: Item, feeds: dict[str, np.ndarray],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
 
@@ -220,11 +220,15 @@ class VerifyBatchPredictions(BaseModel):
 
 @dataclass(frozen=True)
 class TaskSchemas:
-    """A task's request body (one input or a batch) and its answers."""
+    """A task's request body (one input or a batch, told apart by `inputs`) and its answer
+    schemas. `answer_of(body, results)`, when set, shapes a request's answer from the engine's
+    results (one dict per input) for a task whose answer is not a result or `{"results": [...]}`;
+    `batch_answer` is None for a task without a batch form."""
 
     body: Any
-    answer: type[BaseModel]
-    batch_answer: type[BaseModel]
+    answer: Any
+    batch_answer: type[BaseModel] | None = None
+    answer_of: Callable[[Any, list[dict]], Any] | None = None
 
 
 # task name (core.tasks) -> its schemas; the routes are made from this and the task registry

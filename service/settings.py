@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.tasks import TASKS
 
 # An API key is a bearer token (RFC 6750's b64token), long enough not to be guessed.
 MIN_KEY_CHARS = 16
@@ -41,7 +43,7 @@ def _checked_keys(keys: list[SecretStr], source: str) -> list[SecretStr]:
     return keys
 
 
-class Settings(BaseSettings):
+class _Settings(BaseSettings):
     # hide_input_in_errors: an invalid API key is not repeated in the error
     model_config = SettingsConfigDict(env_prefix="ATTSERVE_", extra="ignore", protected_namespaces=(),
                                       hide_input_in_errors=True)
@@ -56,12 +58,7 @@ class Settings(BaseSettings):
     allow_partial_start: bool = False
     # Serve only these bundle names (None: every bundle in the repository).
     models: Annotated[list[str] | None, NoDecode] = None
-    # Default model per task; None: the bundle of that task whose config.json says
-    # `"default": true`, else the served model of that task with the best recorded test accuracy
-    # (ties: name order; the start-up log and /v1/models say so).
-    default_classification_model: str | None = None
-    default_entailment_model: str | None = None
-    default_verification_model: str | None = None
+    # default_<task>_model, one per task of core.tasks: see `Settings` below
 
     # Dynamic batching (per model): a batch closes at max_batch_size items, at
     # max_batch_tokens padded tokens, or max_batch_delay_ms after its first item arrived.
@@ -206,7 +203,7 @@ class Settings(BaseSettings):
         return _checked_keys(keys, "ATTSERVE_API_KEYS")
 
     @model_validator(mode="after")
-    def _read_api_keys_file(self) -> "Settings":
+    def _read_api_keys_file(self) -> "_Settings":
         if self.api_keys_file is not None:
             try:
                 lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
@@ -249,3 +246,13 @@ class Settings(BaseSettings):
         if self.intra_op_threads is not None:
             return self.intra_op_threads
         return max(1, available_cpus() // (max(1, model_count) * self.workers))
+
+
+# Default model per task (ATTSERVE_DEFAULT_<TASK>_MODEL, one per task of core.tasks); None: the
+# bundle of that task whose config.json says `"default": true`, else the served model of that
+# task with the best recorded test accuracy (ties: name order; the start-up log and /v1/models
+# say so).
+Settings = create_model(
+    "Settings", __base__=_Settings, __module__=__name__,
+    **{f"default_{task}_model": (Optional[str], None) for task in TASKS},
+)

@@ -129,6 +129,10 @@ def task_metrics(task: str, examples: Sequence[PairExample], labels: Sequence[st
     raise ValueError(f"unknown benchmark task {task!r}; expected wikiqa, msrp, sick or scitail")
 
 
+# datasets whose pairs are a ranking (candidates per question): selected and reported by MAP/MRR
+RANKING_DATASETS = ("wikiqa",)
+
+
 def selection_metric(task: str, examples: Sequence[PairExample], labels: Sequence[str]):
     """The dev score a training run selects its weights on: MAP for WikiQA (accuracy says little
     where 88% of dev candidates are wrong answers), accuracy otherwise."""

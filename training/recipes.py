@@ -202,6 +202,17 @@ class LimitsSection(_Strict):
         return value
 
 
+class ServeAsSection(_Strict):
+    """Export the trained network as another task's graph, through the adapter its model family
+    registers (models.adapters): a two-label answer-selection pair network served as a reranker."""
+
+    task: str = Field(description="The task the bundle serves, e.g. `rerank` (the adapter decides which trained task it takes).")
+    max_lengths: dict[str, int] | None = Field(None, description=(
+        "Tokens read per ids input of the served task (default: the trained inputs' limits, in order, e.g. "
+        "premise_ids -> query_ids, hypothesis_ids -> texts_ids)."))
+    max_evidence: int | None = Field(None, ge=1, description="The most texts one input's list may hold (a served task with a list field: required).")
+
+
 class TrainSection(_Strict):
     """The optimisation."""
 
@@ -259,6 +270,7 @@ class Recipe(_Strict):
     embeddings: EmbeddingsSection = Field(default_factory=EmbeddingsSection, description="The word vectors.")
     limits: LimitsSection = Field(description="Input lengths. Required.")
     train: TrainSection = Field(default_factory=TrainSection, description="The optimisation.")
+    serve_as: ServeAsSection | None = Field(None, description="Export as another task (e.g. a pair network as a reranker).")
 
     def network_config(self, task: str | None = None, vocab_size: int = 1000, num_labels: int = 2) -> Any:
         """The architecture's config with this recipe's overrides (raises on unknown fields,
@@ -310,8 +322,8 @@ class Recipe(_Strict):
         expected = set(TASKS[task].inputs)
         if set(self.limits.max_lengths) != expected:
             raise ValueError(f"{self.name}: [limits] max_lengths has {sorted(self.limits.max_lengths)}, task {task} needs {sorted(expected)}")
-        if task == "verification" and self.limits.max_evidence is None:
-            raise ValueError(f"{self.name}: a verification recipe needs [limits] max_evidence")
+        if TASKS[task].list_field is not None and self.limits.max_evidence is None:
+            raise ValueError(f"{self.name}: a {task} recipe needs [limits] max_evidence")
 
 
 # --- the options reference (docs/recipes.md, `attserve recipe-options`) ------------------------

@@ -42,6 +42,7 @@ from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
 from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of
 from training.metrics import classification_metrics
+from training.pair_evaluation import RANKING_DATASETS, selection_metric, task_metrics
 from training.recipes import Recipe, TrainSection
 from training.tokenizer import build_tokenizer, save_tokenizer, trainable_rows
 
@@ -523,6 +524,10 @@ def train(
     dev_sources = splits.sources.get("dev") if splits.sources else None
     if select_metric is None and dev_sources:
         select_metric = mean_source_accuracy(dev_data.labels, dev_sources)
+    # answer selection (WikiQA) is a ranking: selected on dev MAP, and its splits report MAP/MRR
+    ranking = splits.name in RANKING_DATASETS
+    if select_metric is None and ranking:
+        select_metric = selection_metric(splits.name, splits.dev, labels)
     bias = None
     if cfg.debias == "statement-only":
         if splits.task == "classification":
@@ -689,10 +694,13 @@ def train(
     network.cpu()  # checkpoint, parity examples and callers work on CPU
 
     def final_metrics(data: EncodedExamples, part: str) -> dict[str, Any]:
-        predicted = predict_logits(network, data, cfg.eval_batch_size).argmax(-1)
+        logits = predict_logits(network, data, cfg.eval_batch_size)
+        predicted = logits.argmax(-1)
         metrics = classification_metrics(data.labels, predicted, labels)
         if splits.sources.get(part):
             metrics["by_source"] = accuracy_by_source(data.labels, predicted, splits.sources[part])
+        if ranking:
+            metrics["ranking"] = task_metrics(splits.name, getattr(splits, part), labels, logits)
         return metrics
 
     dev_metrics, test_metrics = final_metrics(dev_data, "dev"), final_metrics(test_data, "test")
