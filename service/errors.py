@@ -8,6 +8,7 @@ exceptions) goes through `error_response`, so clients parse one shape; a 404 add
 
 from __future__ import annotations
 
+import difflib
 import logging
 from typing import Any
 
@@ -17,10 +18,25 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
 
-from service.schemas import close_field
 from service.settings import Settings
 
 log = logging.getLogger("service.errors")
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def close_field(name: str, known: tuple[str, ...]) -> str | None:
+    """The field of `known` that `name` looks like a misspelling of ("modle", "Text",
+    "hypothesys", "texts"), or None."""
+    if name in known:
+        return name
+    squashed = {_squash(k): k for k in known}
+    if _squash(name) in squashed:
+        return squashed[_squash(name)]
+    match = difflib.get_close_matches(_squash(name), list(squashed), n=1, cutoff=0.75)
+    return squashed[match[0]] if match else None
 
 
 class ServiceError(Exception):

@@ -7,11 +7,12 @@ validation error speaks only about the form the client meant.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
+
+from service.errors import close_field
 
 
 def _valid_text(text: str) -> str:
@@ -30,22 +31,6 @@ Text = Annotated[str, AfterValidator(_valid_text)]
 ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
 Explain = Annotated[bool, Field(description="also return the tokens as the model saw them and the attention it "
                                 "used (alignment between the texts, evidence shares, or token weights)")]
-
-
-def _squash(name: str) -> str:
-    return name.lower().replace("_", "").replace("-", "")
-
-
-def close_field(name: str, known: tuple[str, ...]) -> str | None:
-    """The field of `known` that `name` looks like a misspelling of ("modle", "Text",
-    "hypothesys", "texts"), or None."""
-    if name in known:
-        return name
-    squashed = {_squash(k): k for k in known}
-    if _squash(name) in squashed:
-        return squashed[_squash(name)]
-    match = difflib.get_close_matches(_squash(name), list(squashed), n=1, cutoff=0.75)
-    return squashed[match[0]] if match else None
 
 
 def _open_schema(schema: dict[str, Any]) -> None:
