@@ -11,6 +11,7 @@ A task's input is a few texts (`TextField`): each one is a graph input of token 
     classification  text                      input_ids (B, L)                  -> logits
     entailment      premise, hypothesis       premise_ids, hypothesis_ids       -> logits
     verification    claim, evidence[]         claim_ids, evidence_ids (B, K, L) -> logits, evidence_scores
+    rerank          query, texts[]            query_ids, texts_ids (B, K, L)    -> scores (B, K)
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ TASKS: dict[str, Task] = _registry(
          "Verify a claim against evidence sentences; `evidence_scores` weighs each one.",
          (TextField("claim", "claim_ids"), TextField("evidence", "evidence_ids", many=True)),
          per_text="evidence_scores"),
+    Task("rerank", "/rerank", "rerank",
+         "Rank texts by their relevance to a query (TEI's /rerank): one score per text, best first.",
+         (TextField("query", "query_ids"), TextField("texts", "texts_ids", many=True)),
+         per_text="scores", labelled=False),
 )
 
 # endpoint name ("verify") -> its task

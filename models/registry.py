@@ -10,6 +10,7 @@ from typing import Any
 import models.abcnn  # noqa: F401  (registers bcnn, abcnn-1..3)
 import models.act  # noqa: F401  (registers act, transformer)
 import models.attconv  # noqa: F401  (registers attconv-light, attconv-advanced)
+import models.rerank  # noqa: F401  (registers the rerank adapter)
 from models.base import _ADAPTERS, _REGISTRY, Architecture, TextClassifier
 
 

@@ -7,12 +7,13 @@ validation error speaks only about the form the client meant.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
 
-from service.errors import close_field
+from service.errors import InvalidInput, close_field
 
 
 def _valid_text(text: str) -> str:
@@ -203,6 +204,49 @@ class VerifyBatchPredictions(BaseModel):
     results: list[VerifyPrediction]
 
 
+# --- rerank: TEI's contract ----------------------------------------------------------------------
+
+class RerankRequest(_Body):
+    """TEI's rerank request, plus `model`. Texts longer than the model's max length are cut
+    (`truncate` defaults to true here: these models read at most a few dozen tokens per text);
+    `truncate: false` asks for a 422 instead, as TEI answers it."""
+
+    endpoint_fields = ("query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", "model")
+    explain: ClassVar[bool] = False  # no attention is exposed for reranking
+    query: Text
+    texts: list[Text] = Field(min_length=1, description="the candidate texts; at most the model's max_evidence")
+    raw_scores: bool = Field(False, description="true: each text's log-odds of relevance; false: its sigmoid, a "
+                             "probability in [0, 1]")
+    return_text: bool = Field(False, description="also return each text")
+    truncate: bool = Field(True, description="cut texts to the model's max length; false: a 422 for a text longer than it")
+    truncation_direction: Literal["Right", "right"] = Field("Right", description="texts are cut at the right only")
+    model: ModelName = None
+
+
+class Rank(BaseModel):
+    index: int = Field(description="the text's position in the request's `texts`")
+    score: float = Field(description="its relevance: a probability, or with raw_scores the log-odds")
+    text: str | None = Field(None, description="the text, when the request asked for it (return_text)")
+
+
+def _sigmoid(x: float) -> float:
+    z = math.exp(-abs(x))  # never overflows
+    return 1.0 / (1.0 + z) if x >= 0 else z / (1.0 + z)
+
+
+def rerank_answer(body: RerankRequest, results: list[dict]) -> list[dict]:
+    """TEI's rerank answer: the texts by score, best first (ties: request order)."""
+    [result] = results
+    if result["truncated"] and not body.truncate:
+        raise InvalidInput("a text is longer than the model's max length (its max_lengths in /v1/models); "
+                           "send \"truncate\": true to cut it, or a shorter text")
+    scores = result["scores"] if body.raw_scores else [_sigmoid(s) for s in result["scores"]]
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    if body.return_text:
+        return [{"index": i, "score": scores[i], "text": body.texts[i]} for i in order]
+    return [{"index": i, "score": scores[i]} for i in order]
+
+
 @dataclass(frozen=True)
 class TaskSchemas:
     """A task's request body (one input or a batch, told apart by `inputs`) and its answer
@@ -221,6 +265,7 @@ TASK_SCHEMAS = {
     "classification": TaskSchemas(ClassifyBody, Prediction, BatchPredictions),
     "entailment": TaskSchemas(EntailmentBody, Prediction, BatchPredictions),
     "verification": TaskSchemas(VerifyBody, VerifyPrediction, VerifyBatchPredictions),
+    "rerank": TaskSchemas(RerankRequest, list[Rank], answer_of=rerank_answer),
 }
 
 

@@ -72,7 +72,7 @@ def test_schema_covers_every_endpoint(live_server):
     paths = httpx.get(f"{live_server.base}/openapi.json").json()["paths"]
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
         f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer")}
-    assert set(paths) == {"/classify", "/entailment", "/verify", "/health/live", "/health/ready", "/v1/models",
+    assert set(paths) == {"/classify", "/entailment", "/verify", "/rerank", "/health/live", "/health/ready", "/v1/models",
                           "/metrics"} | v2
 
 
