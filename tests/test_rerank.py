@@ -146,3 +146,26 @@ def test_openapi_and_the_model_list_describe_rerank(ranker):
         "query", "texts", "raw_scores", "return_text", "truncate", "model"}
     assert listed["tasks"]["rerank"] == {"endpoint": "/rerank", "models": ["ranker"], "default": "ranker",
                                          "default_reason": "the only rerank model served"}
+
+
+def test_the_card_of_a_reranker_is_map_and_mrr_through_its_graph(ranker):
+    """`attserve card` on a rerank bundle: each question's candidates go through the graph as one
+    list, and MAP/MRR match the pair network's own scores ranked per question."""
+    from training.card import build_card
+    from training.examples import DatasetSplits, PairExample
+    from training.pair_evaluation import ranking_metrics
+
+    repository, pair = ranker
+    encoder = TextEncoder.from_file(repository / "ranker" / "tokenizer.json")
+    questions = {QUERY: [(t, "1" if i == 0 else "0") for i, t in enumerate(TEXTS)],
+                 "who won the championship ?": [(CORPUS[6], "1"), *((t, "0") for t in CORPUS[:5])],  # 6 > MAX_TEXTS
+                 "when was the tower completed ?": [(CORPUS[15], "1"), (CORPUS[14], "0")]}
+    pairs = [PairExample(q, t, label) for q, candidates in questions.items() for t, label in candidates]
+    splits = DatasetSplits(name="wikiqa", task="entailment", labels=["0", "1"], train=pairs, dev=pairs, test=pairs)
+    card = build_card(repository / "ranker", splits=splits, progress=False)
+    scores = [pair_log_odds(pair, encoder, e.premise, e.hypothesis) for e in pairs]
+    want = ranking_metrics([e.premise for e in pairs], [e.label == "1" for e in pairs], scores)
+    test = card["in_domain"]["test"]
+    assert test["questions"] == 3 and test["pairs"] == len(pairs)
+    assert test["map"] == pytest.approx(want["map"], abs=1e-9) and test["mrr"] == pytest.approx(want["mrr"], abs=1e-9)
+    assert card["calibration"]["temperature"] == 1.0 and card["ood_dev"] == {}

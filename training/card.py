@@ -41,7 +41,8 @@ import pydantic_core
 from tqdm.auto import tqdm
 
 from core.bundle import CONFIG_FILE, BundleConfig, load_bundle, read_config
-from core.tokenization import PAD_ID, UNK_TOKEN, TextEncoder
+from core.tasks import TASKS
+from core.tokenization import PAD_ID, UNK_TOKEN, TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.calibration import calibrated_probs, ece_from_confidence, expected_calibration_error, fit_temperature
 from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample
@@ -202,6 +203,63 @@ def score_examples(
     return Scored(logits, tokens, unknowns, evidence)
 
 
+# --- a ranking bundle (a task without logits: rerank) ----------------------------------------
+
+def score_rankings(session: Any, encoder: TextEncoder, config: BundleConfig, examples: Sequence[PairExample],
+                   desc: str | None = None, progress: bool = True) -> tuple[np.ndarray, Scored]:
+    """Each pair's score from a rerank bundle's graph, in example order: the candidates of one
+    question (their premise) go in as one list of texts, at most the bundle's max_evidence per
+    call; and the unknown-id counts."""
+    unknown = np.array(unknown_ids(encoder), dtype=np.int64)
+    query_input, texts_input = config.inputs
+    groups: dict[str, list[int]] = {}
+    for i, example in enumerate(examples):
+        groups.setdefault(example.premise, []).append(i)
+    scores = np.empty(len(examples), dtype=np.float64)
+    tokens = unknowns = 0
+    for query, members in tqdm(groups.items(), desc=desc, disable=not progress, leave=False):
+        for start in range(0, len(members), config.max_evidence):
+            chunk = members[start : start + config.max_evidence]
+            query_ids = pad_2d(encoder.encode([query], config.max_lengths[query_input]).ids)
+            texts_ids = pad_3d([encoder.encode([examples[i].hypothesis for i in chunk], config.max_lengths[texts_input]).ids])
+            for arr in (query_ids, texts_ids):
+                real = arr[arr != PAD_ID]
+                tokens += int(real.size)
+                unknowns += int(np.isin(real, unknown).sum())
+            [out] = session.run(list(config.outputs), {query_input: query_ids, texts_input: texts_ids})
+            scores[chunk] = out[0, : len(chunk)]
+    return scores, Scored(np.empty((0, 0)), tokens, unknowns)
+
+
+def build_ranking_card(bundle_dir: Path, config: BundleConfig, splits: DatasetSplits, threads: int = 1,
+                       progress: bool = True, failure_modes: Sequence[str] = ()) -> dict[str, Any]:
+    """The card of a rerank bundle trained on answer-selection pairs (WikiQA): MAP and MRR of
+    its graph's scores on dev and test (questions with a correct answer), and the unknown-token
+    share. No temperature: the service answers sigmoid(score) or the raw log-odds, as TEI does."""
+    from training.pair_evaluation import POSITIVE_LABEL, ranking_metrics
+
+    bundle = load_bundle(bundle_dir)
+    encoder = TextEncoder.from_file(bundle.tokenizer_path)
+    session = open_session(bundle.model_path, threads)
+    in_domain, unknown_share = {}, {}
+    for part in ("dev", "test"):
+        examples = getattr(splits, part)
+        scores, scored = score_rankings(session, encoder, config, examples, desc=f"{config.name}: {part}", progress=progress)
+        in_domain[part] = ranking_metrics([e.premise for e in examples], [e.label == POSITIVE_LABEL for e in examples],
+                                          scores.tolist())
+        in_domain[part]["pairs"] = len(examples)
+        unknown_share[f"in_domain_{part}"] = scored.unknown_share
+    return {
+        "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description},
+        "in_domain": in_domain,
+        "ood_dev": {},
+        "unknown_token_share": {"in_domain_test": unknown_share["in_domain_test"]},
+        "calibration": {"temperature": 1.0, "fitted_on": "not fitted: a reranker answers sigmoid(log-odds), or the "
+                                                         "log-odds with raw_scores"},
+        "known_failure_modes": list(failure_modes),
+    }
+
+
 # --- the card -------------------------------------------------------------------------------
 
 def _in_domain_metrics(logits: np.ndarray, gold: np.ndarray, labels: Sequence[str]) -> dict[str, Any]:
@@ -268,6 +326,10 @@ def build_card(
         dataset = dataset or resolve_dataset(raw, bundle_dir)
         splits = load_dataset(dataset, cache_dir=cache_dir)
     dataset = splits.name
+    if not TASKS[config.task].labelled:  # a reranker: scored by MAP/MRR over each question's candidates
+        if failure_modes is None:
+            failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
+        return build_ranking_card(bundle_dir, config, splits, threads, progress, failure_modes)
     if splits.task != config.task or list(splits.labels) != list(config.labels):
         raise ValueError(f"{bundle_dir}: dataset {dataset!r} ({splits.task}, {splits.labels}) does not match the bundle ({config.task}, {config.labels})")
     if dev_split not in ("train", "dev", "test"):

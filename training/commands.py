@@ -227,13 +227,17 @@ def card(
     except (ValueError, OSError, RuntimeError, BundleError) as exc:  # no data, wrong data, bad recipe: one line, no traceback
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from None
-    if result["ood_dev"]:
-        _print_ood(f"{bundle.name}: out-of-domain dev", result["ood_dev"])
-    calibration = result["calibration"]
-    typer.echo(
-        f"in-domain test accuracy {result['in_domain']['test']['accuracy']:.4f}  temperature {calibration['temperature']:.4f}  "
-        + "  ".join(f"ECE {k} {calibration['ece_before'][k]:.4f}->{calibration['ece_after'][k]:.4f}" for k in calibration["ece_before"])
-    )
+    test = result["in_domain"]["test"]
+    if "map" in test:  # a reranker
+        typer.echo(f"in-domain test MAP {test['map']:.4f}  MRR {test['mrr']:.4f}  ({test['questions']} questions)")
+    else:
+        if result["ood_dev"]:
+            _print_ood(f"{bundle.name}: out-of-domain dev", result["ood_dev"])
+        calibration = result["calibration"]
+        typer.echo(
+            f"in-domain test accuracy {test['accuracy']:.4f}  temperature {calibration['temperature']:.4f}  "
+            + "  ".join(f"ECE {k} {calibration['ece_before'][k]:.4f}->{calibration['ece_after'][k]:.4f}" for k in calibration["ece_before"])
+        )
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if dry_run:
