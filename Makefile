@@ -34,9 +34,9 @@ test: $(VENV)/.dev
 test-slow: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m slow
 
-# Does the default suite catch the bugs that matter most? (scripts/mutation_check.py, ~10 min)
+# Does the default suite catch the bugs that matter most? (tests/mutation_check.py, ~10 min)
 mutations: $(VENV)/.dev
-	$(BIN)/python scripts/mutation_check.py
+	$(BIN)/python tests/mutation_check.py
 
 # Rebuild every default bundle from data (hours on a 2-core CPU).
 models: $(VENV)/.dev

@@ -109,7 +109,7 @@ class _Settings(BaseSettings):
     # chunks before tokenizing (core.tokenization.check_text).
     max_text_chars: int = Field(100_000, ge=1)
     # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request tokenizes in ~0.2 s and
-    # six at once stay well within +300 MB (scripts/reliability.py expansion)
+    # six at once stay well within +300 MB (bench/reliability.py expansion)
     max_request_chars: int = Field(1 << 18, ge=1)
     # An answer's JSON over this is 422 answer_too_large (explanations describe up to the
     # model's max length of tokens per text and a weight per token pair: 64 inputs of the

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -22,8 +21,7 @@ from schemathesis import checks
 from bundles import running_app
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from reliability import ServiceProcess  # noqa: E402
+from bench.reliability import ServiceProcess  # noqa: E402
 
 # Examples per operation: enough to reach every branch of the schemas (single/batch forms,
 # model present or not) while the module stays well under a minute on two cores.

@@ -125,15 +125,13 @@ def test_cuda_options_in_force_and_the_grid():
 
 
 def test_workers_on_cuda(tmp_path):
-    import sys
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
 
     from service.settings import DEFAULT_MODEL_REPOSITORY
 
-    sys.path.insert(0, str(DEFAULT_MODEL_REPOSITORY.parent / "scripts"))
-    from reliability import ServiceProcess
+    from bench.reliability import ServiceProcess
 
     server = ServiceProcess(DEFAULT_MODEL_REPOSITORY, tmp_path / "service.log", workers=2, device="cuda",
                             models=MODELS[0])

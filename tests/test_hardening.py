@@ -1,14 +1,14 @@
 """Issue 16: slow and oversized clients, expensive bodies, honest errors and metrics. Issue 33
 (second review): /v2 parsed within the limits, bounded explanation answers, the write timeout,
 the 413 that closes, API keys, the Host allow-list, /v2 media types, memory handed back; the
-probes and the abuse mix of `scripts/reliability.py` at CI size.
+probes and the abuse mix of `bench/reliability.py` at CI size.
 
 In-process (ASGI) for what the app decides: text limits before tokenizing (NFKC expansion),
 invisible text, excerpts of user input, no server paths, 499 for a client that leaves, the body
 timeout and deadline during the body read, drain with a stalled client, /docs off.
 Against a real `python -m service` for what the HTTP protocol layer (service.http) decides:
 header size limit, header timeout (idle and slowloris), the connection cap, a short body,
-SIGTERM with a stalled client. The full-size runs are `scripts/reliability.py expansion` and
+SIGTERM with a stalled client. The full-size runs are `bench/reliability.py expansion` and
 `slow-clients` (short forms below).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -29,8 +28,7 @@ from service.app import create_app
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import reliability  # noqa: E402
+from bench import reliability  # noqa: E402
 
 # without the fixes several of these would wait forever (a stalled body, an idle connection)
 pytestmark = pytest.mark.timeout(60)
@@ -361,7 +359,7 @@ def test_sigterm_with_a_stalled_client_drains_on_time_and_logs_truthfully(servic
     assert errors == [], errors
 
 
-# --- the acceptance runs at CI size (full size: scripts/reliability.py expansion / slow-clients)
+# --- the acceptance runs at CI size (full size: bench/reliability.py expansion / slow-clients)
 
 def test_expansion_short(service_bundles, tmp_path):
     result = reliability.run_expansion(service_bundles, concurrent=6, rounds=1, work=tmp_path)
@@ -690,7 +688,7 @@ def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path
     assert growth[0.5] < 100 and growth[0] > 2 * growth[0.5], growth
 
 
-# --- issue 33: the probes and the abuse mix at CI size (full size: scripts/reliability.py probes / abuse)
+# --- issue 33: the probes and the abuse mix at CI size (full size: bench/reliability.py probes / abuse)
 
 def test_probes_short(service_bundles, tmp_path):
     result = reliability.run_probes(service_bundles, tmp_path, unread_clients=8, write_timeout_s=1)

@@ -115,3 +115,24 @@ def test_the_routers_are_imported_at_module_level():
     create_app = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_app")
     inside = [n for n in ast.walk(create_app) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert inside == []
+
+
+def test_no_test_reaches_into_scripts_through_sys_path():
+    """scripts/ holds tools run by hand; the harnesses the tests share are importable modules
+    (bench.reliability, bench.servers, tests/ helpers), not files put on sys.path."""
+    offenders = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.path.insert", "sys.path.append") \
+                    and "scripts" in ast.unparse(node):
+                offenders.append(path.name)
+    assert offenders == []
+
+
+def test_one_free_port():
+    """One way to pick a free local port: bench.servers.free_port."""
+    defined = [str(path.relative_to(ROOT)) for package in ("tests", "bench", "service", "scripts")
+               for path in (ROOT / package).rglob("*.py")
+               if any(isinstance(n, ast.FunctionDef) and n.name == "free_port"
+                      for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    assert defined == ["bench/servers.py"]

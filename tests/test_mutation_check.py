@@ -1,17 +1,16 @@
-"""scripts/mutation_check.py stays in step with the code: each mutation's snippet occurs exactly
+"""tests/mutation_check.py stays in step with the code: each mutation's snippet occurs exactly
 once in its file (a renamed line would otherwise make the check apply nothing), each changes the
 line, and the tests it runs exist."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from mutation_check import MUTATIONS  # tests/mutation_check.py (conftest puts tests/ on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from mutation_check import MUTATIONS  # noqa: E402
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])

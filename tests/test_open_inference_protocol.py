@@ -6,15 +6,13 @@ metadata, readiness and error forms are the protocol's."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from reliability import ServiceProcess  # noqa: E402
+from bench.reliability import ServiceProcess  # noqa: E402
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402

@@ -13,7 +13,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from typing import Iterator
 
 import httpx
 import pytest
+
+from bench.servers import free_port
 import yaml
 
 
@@ -34,12 +35,6 @@ JOB = "attserve"
 ENDPOINTS = ("/classify", "/entailment", "/verify")
 # Longer than any tiny bundle's max length, so the truncation counter moves too.
 LONG_TEXT = " ".join(["the quick brown fox jumps over the lazy dog"] * 60)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

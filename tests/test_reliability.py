@@ -1,7 +1,7 @@
 """Reliability and security of the real service (issue 8), at CI size.
 
 R1 isolation, R2 overload and R4 graceful shutdown run the scenario functions of
-scripts/reliability.py (the long runs use the same code at full size) against `python -m
+bench/reliability.py (the long runs use the same code at full size) against `python -m
 service` under uvicorn. R5 bundle integrity: broken bundles are refused at start with a log line
 naming the file, /health/ready stays 503 when nothing loads, and nothing in the code base or the
 load path unpickles. (R3 fuzzing is tests/test_fuzz.py; R6 soak only runs as a script.)
@@ -24,8 +24,7 @@ import pytest
 from bundles import copy_repository
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import reliability  # noqa: E402  scripts/reliability.py: the scenarios, also run at full size
+from bench import reliability  # noqa: E402  the scenarios, also run at full size (python -m bench.reliability)
 
 
 def show(result: dict) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,15 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.servers import free_port
+
 
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = {"torch", "models", "training", "export"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_service(repo: Path, port: int, **env: str) -> subprocess.Popen:

@@ -22,7 +22,6 @@ import io
 import os
 import re
 import shutil
-import sys
 import tomllib
 from pathlib import Path
 
@@ -30,8 +29,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import reliability  # noqa: E402  scripts/reliability.py: ServiceProcess
+from bench import reliability  # noqa: E402  ServiceProcess
 
 UI_DIR = REPO / "service" / "static" / "ui"
 INSTALL_HINT = "install them with `sudo bash tests/browser-ci-deps.sh` (Debian: chromium, chromium-driver)"

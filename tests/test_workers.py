@@ -17,8 +17,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from reliability import ServiceProcess  # noqa: E402
+from bench.reliability import ServiceProcess  # noqa: E402
 
 REQUESTS = 48
 
@@ -150,7 +149,7 @@ def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path)
 
     try:
         wait_for(all_gone, 30, "the orphaned workers to exit")
-    finally:  # a failing run (or scripts/mutation_check.py) must not leave orphans behind
+    finally:  # a failing run (or tests/mutation_check.py) must not leave orphans behind
         for pid in workers:
             try:
                 os.kill(pid, signal.SIGKILL)

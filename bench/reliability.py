@@ -3,12 +3,12 @@
 One subcommand per scenario; each starts its own server on 127.0.0.1, writes one JSON result
 (`passed` plus the figures) and exits 1 when an acceptance check fails:
 
-    python scripts/reliability.py isolation --repository DIR --requests 10000 --concurrency 64  # R1
-    python scripts/reliability.py overload  --repository DIR --factor 4 --duration 30          # R2
-    python scripts/reliability.py shutdown  --repository DIR --load 5                          # R4
-    python scripts/reliability.py soak      --repository DIR --minutes 10 --load 0.5           # R6
-    python scripts/reliability.py probes    --repository DIR                                    # R10 (issue 33)
-    python scripts/reliability.py abuse     --repository DIR --seconds 60                       # R10 (issue 33)
+    python -m bench.reliability isolation --repository DIR --requests 10000 --concurrency 64  # R1
+    python -m bench.reliability overload  --repository DIR --factor 4 --duration 30          # R2
+    python -m bench.reliability shutdown  --repository DIR --load 5                          # R4
+    python -m bench.reliability soak      --repository DIR --minutes 10 --load 0.5           # R6
+    python -m bench.reliability probes    --repository DIR                                    # R10 (issue 33)
+    python -m bench.reliability abuse     --repository DIR --seconds 60                       # R10 (issue 33)
 
 DIR is a model repository (default: the bundled `model_repository/`); results go to
 `runs/reliability/<scenario>.json` unless `--out` says otherwise. tests/test_reliability.py
@@ -42,16 +42,15 @@ import numpy as np
 import typer
 from tqdm import tqdm
 
+from bench.servers import free_port
+from core.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config
+from core.tasks import TASKS
+from core.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder
+from service.settings import DEFAULT_MODEL_REPOSITORY
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a file: make the project's packages importable
-    sys.path.insert(0, str(REPO))
 
-from core.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config  # noqa: E402
-from service.settings import DEFAULT_MODEL_REPOSITORY  # noqa: E402
-from core.tasks import TASKS  # noqa: E402
-from core.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder  # noqa: E402
-
-log = logging.getLogger("scripts.reliability")
+log = logging.getLogger("bench.reliability")
 
 ENDPOINT_OF_TASK = {name: task.endpoint for name, task in TASKS.items()}
 # each task's single-text fields (a list field's texts are built apart)
@@ -67,11 +66,6 @@ ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<st
 
 
 # --- the service under test -----------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServiceProcess:

@@ -6,8 +6,8 @@ to a temporary directory, the line is changed there, and the tests that should c
 of them in the default `make test` suite) run against the copy. A mutation that survives is a
 hole in the suite. The repository itself is never modified.
 
-    python scripts/mutation_check.py            # every mutation, a table at the end
-    python scripts/mutation_check.py --only 2,8 # some of them
+    python tests/mutation_check.py            # every mutation, a table at the end
+    python tests/mutation_check.py --only 2,8 # some of them
     make mutations
 
 Exit code 1 when any mutation survives. tests/test_mutation_check.py keeps the snippets in
