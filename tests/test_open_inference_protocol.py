@@ -70,7 +70,7 @@ def test_triton_client_answers_equal_the_task_api_for_every_task(server, binary)
     base, client = server
     assert client.is_server_live() and client.is_server_ready()
 
-    for model, n in (("nli-attconv-advanced", 1), ("snli-abcnn3", 3)):
+    for model, n in (("nli-attconv-advanced", 1), ("snli-attconv-light", 3)):
         pairs = ENTAILMENT[:n]
         expected = _task_answers(base, "/entailment", [{"premise": p, "hypothesis": h} for p, h in pairs], model)
         labels = client.get_model_metadata(model)["parameters"]["labels"]
@@ -101,6 +101,20 @@ def test_triton_client_answers_equal_the_task_api_for_every_task(server, binary)
             np.testing.assert_allclose(row[:k], e["evidence_scores"], rtol=0, atol=1e-6)
             assert not row[k:].any(), "padding evidence got a score"
 
+    # rerank: query [n], texts [n, k] -> scores [n, k], the log-odds /rerank gives with raw_scores
+    queries = [(c, ev) for c, ev in CLAIMS]
+    width = max(len(ev) for _, ev in queries)
+    result = client.infer("wikiqa-attconv", [_bytes_input("query", [q for q, _ in queries], binary),
+                                             _bytes_input("texts", [ev + [""] * (width - len(ev)) for _, ev in queries], binary)])
+    scores = result.as_numpy("scores")
+    assert scores.dtype == np.float32 and scores.shape == (len(queries), width)
+    for row, (query, texts) in zip(scores, queries):
+        r = httpx.post(f"{base}/rerank", json={"query": query, "texts": texts, "raw_scores": True}, timeout=30)
+        assert r.status_code == 200, r.text
+        by_index = {rank["index"]: rank["score"] for rank in r.json()}
+        np.testing.assert_allclose(row[: len(texts)], [by_index[i] for i in range(len(texts))], rtol=0, atol=1e-5)
+        assert not row[len(texts):].any(), "a padding text got a score"
+
 
 def test_requested_outputs_only_and_request_id(server):
     base, client = server
@@ -122,11 +136,13 @@ def test_metadata_and_readiness_follow_the_protocol(server):
         assert meta["versions"] == [entry["version"]]
         assert meta["parameters"]["labels"] == entry["labels"]
         fields = {"classification": ["text"], "entailment": ["premise", "hypothesis"],
-                  "verification": ["claim", "evidence"]}[entry["task"]]
+                  "verification": ["claim", "evidence"], "rerank": ["query", "texts"]}[entry["task"]]
         assert [t["name"] for t in meta["inputs"]] == fields
         assert all(t["datatype"] == "BYTES" for t in meta["inputs"])
         scores = next(t for t in meta["outputs"] if t["name"] == "scores")
-        assert scores == {"name": "scores", "datatype": "FP32", "shape": [-1, len(entry["labels"])]}
+        # a reranker's scores: one per text of the row, [n, k]; else one per label
+        width = -1 if entry["task"] == "rerank" else len(entry["labels"])
+        assert scores == {"name": "scores", "datatype": "FP32", "shape": [-1, width]}
         assert client.is_model_ready(entry["name"])
         assert client.is_model_ready(entry["name"], model_version=entry["version"])
         assert not client.is_model_ready(entry["name"], model_version="0")

@@ -22,7 +22,7 @@ DEFAULT_MODELS = {
     "nli-attconv-advanced",
     "scitail-attconv",
     "snli-attconv-light",
-    "snli-abcnn3",
+    "wikiqa-attconv",
     "fever-attconv",
     "fever-attconv-base",  # not shipped: fever-attconv starts from its checkpoint
     "bbc-act",
