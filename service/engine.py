@@ -206,8 +206,11 @@ class Engine:
             self._truncated.inc(truncated)
         results = []
         for d in done:
-            answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs))} if labelled else {}
-            answer.update(model=self.name, truncated=d.truncated, unknown_token_share=d.unknown_share)
+            if labelled:
+                answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs)),
+                          "model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
+            else:
+                answer = {"model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
             if per_text is not None:
                 answer[per_text] = d.output.per_text
             if d.tokens is not None:
