@@ -69,15 +69,6 @@ class Task:
         """The field that holds a list of texts, if any (at most one per task)."""
         return next((f for f in self.fields if f.many), None)
 
-    def texts(self, x: Any) -> list[str]:
-        """Every text of one input (an object with the task's fields as attributes), in field
-        order, a list field's texts in their order."""
-        out: list[str] = []
-        for f in self.fields:
-            value = getattr(x, f.name)
-            out.extend(value) if f.many else out.append(value)
-        return out
-
     def named_texts(self, x: Any) -> list[tuple[str, str]]:
         """(where, text) of every text of one input: `claim`, `evidence[0]`, ..."""
         out: list[tuple[str, str]] = []
