@@ -9,9 +9,11 @@ Tensors of a model (`GET /v2/models/{name}` lists them):
                verification    claim [n], evidence [n, k]: claim i's evidence is row i, ragged
                                lists padded with empty strings ("" is never valid evidence, so
                                padding cannot be mistaken for a sentence); [n] means one each
+               rerank          query [n], texts [n, k], padded the same way
     outputs  label [n] BYTES, scores [n, labels] FP32 (the labels in the model's order, as in
              the metadata's `parameters.labels`), truncated [n] BOOL, and for verification
-             evidence_scores [n, k] FP32 (0 for padding)
+             evidence_scores [n, k] FP32 (0 for padding); a reranker (no labels): truncated [n]
+             and scores [n, k] FP32, each text's log-odds (0 for padding)
 
 Text fields may also be shaped [n, 1]. The binary tensor data extension is supported both
 ways (what `tritonclient` sends and asks for by default): an input with
