@@ -166,6 +166,16 @@ def open_session(model_path: str | Path, threads: int = 1):
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 
+def count_ids(ids: Sequence[np.ndarray], unknown: np.ndarray) -> tuple[int, int]:
+    """(non-pad ids, of which unknown ids) over the arrays fed to the graph."""
+    tokens = unknowns = 0
+    for arr in ids:
+        real = arr[arr != PAD_ID]
+        tokens += int(real.size)
+        unknowns += int(np.isin(real, unknown).sum())
+    return tokens, unknowns
+
+
 def score_examples(
     session: Any,
     encoder: TextEncoder,
@@ -186,10 +196,8 @@ def score_examples(
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
         indices = order[start : start + batch_size]
         ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence)
-        for arr in ids:
-            real = arr[arr != PAD_ID]
-            tokens += int(real.size)
-            unknowns += int(np.isin(real, unknown).sum())
+        counted = count_ids(ids, unknown)
+        tokens, unknowns = tokens + counted[0], unknowns + counted[1]
         outputs = session.run(list(config.outputs[: 2 if evidence is not None else 1]), dict(zip(config.inputs, ids)))
         out = outputs[0]
         if logits is None:
@@ -218,14 +226,12 @@ def score_rankings(session: Any, encoder: TextEncoder, config: BundleConfig, exa
     scores = np.empty(len(examples), dtype=np.float64)
     tokens = unknowns = 0
     for query, members in tqdm(groups.items(), desc=desc, disable=not progress, leave=False):
+        query_ids = pad_2d(encoder.encode([query], config.max_lengths[query_input]).ids)
         for start in range(0, len(members), config.max_evidence):
             chunk = members[start : start + config.max_evidence]
-            query_ids = pad_2d(encoder.encode([query], config.max_lengths[query_input]).ids)
             texts_ids = pad_3d([encoder.encode([examples[i].hypothesis for i in chunk], config.max_lengths[texts_input]).ids])
-            for arr in (query_ids, texts_ids):
-                real = arr[arr != PAD_ID]
-                tokens += int(real.size)
-                unknowns += int(np.isin(real, unknown).sum())
+            counted = count_ids((query_ids, texts_ids), unknown)
+            tokens, unknowns = tokens + counted[0], unknowns + counted[1]
             [out] = session.run(list(config.outputs), {query_input: query_ids, texts_input: texts_ids})
             scores[chunk] = out[0, : len(chunk)]
     return scores, Scored(np.empty((0, 0)), tokens, unknowns)
@@ -326,9 +332,9 @@ def build_card(
         dataset = dataset or resolve_dataset(raw, bundle_dir)
         splits = load_dataset(dataset, cache_dir=cache_dir)
     dataset = splits.name
+    if failure_modes is None:
+        failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
     if not TASKS[config.task].labelled:  # a reranker: scored by MAP/MRR over each question's candidates
-        if failure_modes is None:
-            failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
         return build_ranking_card(bundle_dir, config, splits, threads, progress, failure_modes)
     if splits.task != config.task or list(splits.labels) != list(config.labels):
         raise ValueError(f"{bundle_dir}: dataset {dataset!r} ({splits.task}, {splits.labels}) does not match the bundle ({config.task}, {config.labels})")
@@ -370,8 +376,6 @@ def build_card(
         ece_before[ood.name] = _ood_ece(ood, result.logits, labels, 1.0)
         ece_after[ood.name] = _ood_ece(ood, result.logits, labels, temperature)
 
-    if failure_modes is None:
-        failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
     card = {
         "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description,
                           **({"files": files} if files is not None else {})},
