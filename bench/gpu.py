@@ -48,8 +48,9 @@ def plan(workers: int, device: str = "cuda", concurrencies: tuple[int, ...] = CO
             for d in (device, "cpu") for n in sorted({1, workers}) for form, _, _ in FORMS for c in concurrencies]
 
 
-def _service_spec(repository: Path, model: str, device: str, workers: int, max_batch_size: int):
+def _service_spec(repository: Path, model: str, device: str, workers: int, max_batch_size: int, concurrency: int):
     from bench import servers
+    from bench.engine import queue_room
 
     port = servers.free_port()
     if workers == 1:
@@ -59,6 +60,7 @@ def _service_spec(repository: Path, model: str, device: str, workers: int, max_b
         spec = servers.service_workers_spec(port, repository, model, workers=workers, max_batch_size=max_batch_size,
                                             max_batch_delay_ms=0.0)
     spec.env["ATTSERVE_DEVICE"] = device
+    spec.env["ATTSERVE_MAX_QUEUE"] = str(queue_room(concurrency))
     return spec
 
 
@@ -88,24 +90,32 @@ def run(out: Path, repository: Path, model: str, dataset: str, workers: int, dur
                      "batch_grid": runtime.batch_sizes}
     results["engine_ceiling"] = engine_ceiling(runtime, chosen, batch_grid(max_batch_size), duration)
     results["warmup"] = runtime.warmup_report
+    save(out, results)
     results["engine_requests"] = engine_requests(runtime, work / "bodies", list(concurrencies), duration,
                                                  max_batch_size, 0.0)
+    save(out, results)
     http = []
     for arm in plan(workers, device, concurrencies):
         _, body_file, per_request = next(f for f in FORMS if f[0] == arm["form"])
-        spec = _service_spec(repository, model, arm["device"], arm["workers"], max_batch_size)
+        spec = _service_spec(repository, model, arm["device"], arm["workers"], max_batch_size, arm["concurrency"])
         with servers.Server(spec, None, work / "logs") as server:
             loadgen.closed_loop(server.url, ENDPOINT_OF_TASK[task], work / "bodies" / body_file, arm["concurrency"], 2,
                                 None, per_request)
             measured = loadgen.closed_loop(server.url, ENDPOINT_OF_TASK[task], work / "bodies" / body_file,
                                            arm["concurrency"], duration, None, per_request)
         http.append({**arm, **measured, "failed": is_failed(measured)})
+        save(out, {**results, "service": http, "wall_s": round(time.time() - started, 1)})
     results["service"] = http
     results["wall_s"] = round(time.time() - started, 1)
+    save(out, results)
+    return results
+
+
+def save(out: Path, results: dict) -> None:
+    """Write what is measured so far: a run cut short (a lent machine's time limit) keeps its arms."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (out / "results.md").write_text(markdown(results), encoding="utf-8")
-    return results
 
 
 def markdown(r: dict) -> str:
@@ -114,8 +124,8 @@ def markdown(r: dict) -> str:
     lines += [f"| {v['batch_size']} | {v['items_per_s']:,.0f} | {v['ms_per_batch']} |" for v in r["engine_ceiling"].values()]
     lines += ["", "| engine requests | c | items/s | p99 ms |", "|---|---:|---:|---:|"]
     lines += [f"| {form} | {x['concurrency']} | {x['items_per_s']:,.0f} | {x['p99_ms']} |"
-              for form, runs in r["engine_requests"].items() for x in runs]
+              for form, runs in r.get("engine_requests", {}).items() for x in runs]
     lines += ["", "| service | workers | requests | c | items/s | p99 ms |", "|---|---:|---|---:|---:|---:|"]
     lines += [f"| {x['device']} | {x['workers']} | {x['form']} | {x['concurrency']} | {x.get('items_per_s', 0):,.0f} | "
-              f"{x.get('latency_ms', {}).get('p99', '')} |" for x in r["service"]]
+              f"{x.get('latency_ms', {}).get('p99', '')} |" for x in r.get("service", [])]
     return "\n".join(lines) + "\n"

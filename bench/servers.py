@@ -226,7 +226,11 @@ class Server:
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "Server":
-        env = {**os.environ, "PYTHONPATH": str(self.spec.code_root), **self.spec.env}
+        # The code root first (an A/B arm imports its own tree); an inherited path stays after it
+        # (packages installed beside the interpreter's, as onnxruntime-gpu is on a lent GPU machine).
+        inherited = os.environ.get("PYTHONPATH")
+        path = os.pathsep.join([str(self.spec.code_root), *([inherited] if inherited else [])])
+        env = {**os.environ, "PYTHONPATH": path, **self.spec.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as sink:
             # Own session = own process group: stop() ends exactly this server and its workers.

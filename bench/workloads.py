@@ -70,7 +70,13 @@ def request_input(example) -> dict:
 
 @functools.cache
 def test_split(dataset: str) -> tuple:
-    """The test split of `dataset` (training.datasets.load_dataset), loaded once per run."""
+    """The test split of `dataset` (training.datasets.load_dataset), loaded once per run; a
+    dataset that names a `.jsonl` file is read whole as `{premise, hypothesis, label}` pairs, so a machine without
+    the data cache (a lent GPU machine) can bench entailment on a carried file."""
+    if dataset.endswith(".jsonl") and Path(dataset).is_file():
+        from training.readers import read_nli_jsonl
+
+        return tuple(read_nli_jsonl(dataset))
     from training.datasets import load_dataset
 
     return tuple(load_dataset(dataset).test)

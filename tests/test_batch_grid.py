@@ -76,6 +76,15 @@ def test_cuda_options_reach_onnxruntime_and_a_cpu_fallback_is_refused(service_bu
     assert _Capture.calls == [[CPU]] and runtime.provider == CPU and runtime.provider_options == {}
 
 
+def test_loading_quiets_onnxruntime_process_logger(service_bundles, monkeypatch):
+    """The CUDA EP writes its "Conv ... running in Fallback mode" warnings to onnxruntime's
+    process-wide logger, not the session's: 46,052 lines over tests/test_gpu.py on an H200."""
+    severities: list[int] = []
+    monkeypatch.setattr(runtime_module.ort, "set_default_logger_severity", severities.append)
+    ModelRuntime.load(service_bundles / "nli", [CPU], 1)
+    assert severities == [3]  # errors and fatal only, as the session's log_severity_level
+
+
 @pytest.mark.skipif(CUDA in ort.get_available_providers(), reason="this machine has CUDA")
 def test_device_cuda_without_cuda_fails_naming_the_provider():
     with pytest.raises(DeviceUnavailable, match="offers no CUDAExecutionProvider"):

@@ -31,3 +31,17 @@ def test_gpu_bench_plan_covers_the_issue_arms():
     assert {(a["device"], a["workers"], a["form"], a["concurrency"]) for a in arms} == {
         (d, n, f, c) for d in ("cuda", "cpu") for n in (1, 8) for f in ("single", "batch32") for c in (64, 256)}
     assert len(plan(1)) == 8
+
+
+def test_workload_from_a_carried_pairs_file(tmp_path):
+    """A GPU machine has no data cache: the bench's DATASET may name a {premise, hypothesis, label}
+    jsonl file, read whole and in order."""
+    import json
+
+    from bench.workloads import request_input, test_examples
+
+    rows = [{"premise": f"premise {i}", "hypothesis": f"hypothesis {i}", "label": "neutral"} for i in range(5)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    chosen = test_examples(str(path), None, 3)
+    assert [request_input(e) for e in chosen] == [{"premise": r["premise"], "hypothesis": r["hypothesis"]} for r in rows[:3]]
