@@ -14,7 +14,8 @@ An arm's tree serves its own `model_repository/`; `single`, `explain` and `batch
 bench.workloads (one input per request, `explain` adds `"explain": true`, `batch` 32 inputs); a third part
 `minus-model` serves the same app with a constant answer in place of onnxruntime
 (bench/service_floor_app.py), the service's own floor; `http-floor` the bare web stack
-(bench/floor_app.py). `--arm-env LABEL=ATTSERVE_X=VALUE` (repeatable) sets a setting for one arm,
+(bench/floor_app.py); `naive-ort` the unbatched FastAPI + onnxruntime server (bench/naive_ort_app.py).
+`--arm-env LABEL=ATTSERVE_X=VALUE` (repeatable) sets a setting for one arm,
 so one tree can be compared with itself under two settings:
 
     python -m bench.ab --arm off=.:single --arm grid=.:single --arm-env grid=ATTSERVE_BATCH_GRID=true
@@ -42,7 +43,9 @@ app = typer.Typer(add_completion=False)
 
 APPS = {"service": servers.service_spec, "minus-model": servers.service_minus_model_spec,
         # bench/floor_app.py: uvicorn + FastAPI answering a constant, no model, no checks
-        "http-floor": lambda port, repository, model, **settings: servers.floor_spec(port)}
+        "http-floor": lambda port, repository, model, **settings: servers.floor_spec(port),
+        # bench/naive_ort_app.py: FastAPI + onnxruntime, one session.run per request, no batching
+        "naive-ort": lambda port, repository, model, **settings: servers.naive_ort_spec(port, repository / model)}
 
 
 def _arm(text: str) -> tuple[str, Path, str, str]:
@@ -51,7 +54,7 @@ def _arm(text: str) -> tuple[str, Path, str, str]:
     bodies, _, app_name = rest.partition(":")
     app_name = app_name or "service"
     if not label or not root or bodies not in ("single", "explain", "batch") or app_name not in APPS:
-        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch[:service|minus-model|http-floor]")
+        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch[:service|minus-model|http-floor|naive-ort]")
     return label, Path(root).resolve(), bodies, app_name
 
 
@@ -64,7 +67,7 @@ def _commit(root: Path) -> str:
 
 @app.command()
 def main(
-    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain|batch[:service|minus-model|http-floor], in order; "
+    arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain|batch[:service|minus-model|http-floor|naive-ort], in order; "
                                           "the first is the base")],
     model: Annotated[str, typer.Option(help="bundle name in each tree's model_repository/")] = "snli-attconv-light",
     dataset: Annotated[str, typer.Option(help="dataset whose test examples are sent")] = "snli",

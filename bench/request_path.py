@@ -41,6 +41,7 @@ LAYERS = (
     ("other Starlette", ("starlette/",)),
     ("validation + serialization (pydantic)", ("pydantic",)),
     ("json encode/decode (stdlib)", ("json/",)),
+    ("our entry point + hot path (service/entry.py)", ("service/entry.py",)),
     ("our routes (service/routes.py, tasks, schemas, errors)", ("service/routes.py", "service/tasks.py",
                                                                  "service/schemas.py", "service/errors.py",
                                                                  "service/oip.py", "service/auth.py")),

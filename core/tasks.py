@@ -28,6 +28,8 @@ class TextField:
     name: str
     input: str
     many: bool = False
+    # a list field: what a client over the model's max_evidence can do instead (the 422's advice)
+    too_many: str = ""
 
     @property
     def rank(self) -> int:
@@ -101,11 +103,16 @@ TASKS: dict[str, Task] = _registry(
          (TextField("premise", "premise_ids"), TextField("hypothesis", "hypothesis_ids"))),
     Task("verification", "/verify", "verify",
          "Verify a claim against evidence sentences; `evidence_scores` weighs each one.",
-         (TextField("claim", "claim_ids"), TextField("evidence", "evidence_ids", many=True)),
+         (TextField("claim", "claim_ids"),
+          TextField("evidence", "evidence_ids", many=True,
+                    too_many="send the most relevant sentences or split the claim's evidence over several inputs")),
          per_text="evidence_scores"),
     Task("rerank", "/rerank", "rerank",
          "Rank texts by their relevance to a query (TEI's /rerank): one score per text, best first.",
-         (TextField("query", "query_ids"), TextField("texts", "texts_ids", many=True)),
+         (TextField("query", "query_ids"),
+          TextField("texts", "texts_ids", many=True,
+                    too_many="split the texts over several requests (each text is scored on its own) and merge "
+                             "the rankings by score")),
          per_text="scores", labelled=False),
 )
 

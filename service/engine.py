@@ -110,8 +110,7 @@ class Engine:
             if count > limit:
                 raise TooManyEvidence(f"{where}: {count} items; model {self.name!r} takes at most {limit} (its "
                                       "max_evidence, fixed in its config.json when it was exported: no ATTSERVE_ "
-                                      "setting raises it; /v1/models lists each model's); send the most "
-                                      "relevant sentences or split the claim's evidence over several inputs")
+                                      f"setting raises it; /v1/models lists each model's); {self.task.list_field.too_many}")
 
     def enqueue(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False,
                 explain: bool = False) -> Pending:

@@ -321,12 +321,18 @@ def _media_type_problem(request: Request, exc: RequestValidationError) -> str | 
             f"with curl: -H 'content-type: application/json' -d '{{...}}'")
 
 
+def service_error_response(exc: ServiceError, path: str) -> JSONResponse:
+    """The answer to an expected failure (its handler's, and the hot path's in service.entry);
+    a server-side failure is logged."""
+    if exc.status >= 500 and exc.status != 503:
+        log.error("request failed", extra={"path": path, "code": exc.code, "detail": exc.message})
+    return error_response(exc.status, exc.code, exc.message, exc.headers, path=path)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        if exc.status >= 500 and exc.status != 503:
-            log.error("request failed", extra={"path": request.url.path, "code": exc.code, "detail": exc.message})
-        return error_response(exc.status, exc.code, exc.message, exc.headers, path=request.url.path)
+        return service_error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

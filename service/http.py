@@ -24,7 +24,7 @@ header size. So this is a subclass of uvicorn's own httptools protocol, written 
 - stamps `scope["state"]["attserve_arrival"]` with the loop time of the request's first byte,
   where the request deadline starts (the body read counts against it).
 
-The body-read timeout lives in the app (service.app.BodyLimitMiddleware): there the answer is
+The body-read timeout lives in the app (service.entry.BodyReader): there the answer is
 an ordinary JSON response the metrics count.
 """
 

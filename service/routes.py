@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import TypeAdapter
+from starlette.types import Receive
 
 from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service.errors import AnswerTooLarge, NotReady, ShuttingDown, set_by
@@ -29,7 +30,7 @@ from service.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelIn
 
 router = APIRouter()
 
-# path -> (endpoint name, body type), for the hot path (service.fastpath)
+# path -> (endpoint name, body type), for the hot path (service.entry)
 TASK_BODIES = {task.endpoint: (task.label, TASK_SCHEMAS[task.name].body) for task in TASKS.values()}
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -63,26 +64,27 @@ def _service(request: Request) -> Service:
     return request.app.state.service
 
 
-async def _wait_disconnect(request: Request) -> None:
+async def wait_disconnect(receive: Receive) -> None:
     """Returns when the client goes away (the body was read already, so the next ASGI message
     is http.disconnect)."""
     while True:
-        message = await request.receive()
+        message = await receive()
         if message["type"] == "http.disconnect":
             return
 
 
-async def predict(request: Request, endpoint: str, body: Any) -> Response:
-    """Answers a validated body of a task endpoint: FastAPI's routes below and the hot path
-    (service.fastpath) both call this."""
-    service = _service(request)
+async def answer(service: Service, state: dict[str, Any], receive: Receive, endpoint: str,
+                 body: Any) -> tuple[bytes, dict[str, str]]:
+    """The JSON answer to a validated body of a task endpoint and its headers. FastAPI's routes
+    below (through `predict`) and the hot path (service.entry) both answer through here.
+    `state`: the request's scope["state"] (its arrival in, the model's name out)."""
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
     task = TASK_OF_LABEL[endpoint].name
     entry = service.resolve(body.model, task)
-    batch = hasattr(body, "inputs")
-    results, headers = await run_inputs(request, entry, body.inputs if batch else [body], endpoint, batch,
-                                        explain=body.explain)
+    batch = "inputs" in type(body).model_fields  # a class lookup: hasattr on a model raises inside pydantic
+    results, headers = await run(service, state, receive, entry, body.inputs if batch else [body], endpoint, batch,
+                                 explain=body.explain)
     answer_of = TASK_SCHEMAS[task].answer_of
     ignored = body.ignored_fields()
     if ignored:
@@ -91,33 +93,48 @@ async def predict(request: Request, endpoint: str, body: Any) -> Response:
     # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
     # pydantic's JSON writer: the same JSON as json.dumps (shortest round-trip floats, UTF-8) at
     # a quarter of its cost
-    answer = answer_of(body, results) if answer_of is not None else {"results": results} if batch else results[0]
-    response = Response(ANSWER_JSON.dump_json(answer), media_type="application/json", headers=headers)
+    document = answer_of(body, results) if answer_of is not None else {"results": results} if batch else results[0]
+    content = ANSWER_JSON.dump_json(document)
     limit = service.settings.max_answer_bytes
-    if len(response.body) > limit:
-        raise AnswerTooLarge(f"the answer is {len(response.body)} bytes, over {limit} {set_by('max_answer_bytes')}; "
+    if len(content) > limit:
+        raise AnswerTooLarge(f"the answer is {len(content)} bytes, over {limit} {set_by('max_answer_bytes')}; "
                              "send fewer inputs per request" + (" or fewer with \"explain\": true" if body.explain else ""))
-    return response
+    return content, headers
+
+
+async def predict(request: Request, endpoint: str, body: Any) -> Response:
+    """`answer` as FastAPI's task routes return it."""
+    content, headers = await answer(_service(request), request.scope.setdefault("state", {}), request.receive,
+                                    endpoint, body)
+    return Response(content, media_type="application/json", headers=headers)
+
+
+async def run(service: Service, state: dict[str, Any], receive: Receive, entry: ModelEntry, inputs: Sequence[Any],
+              endpoint: str, batch: bool, explain: bool = False) -> tuple[list[dict], dict[str, str]]:
+    """Runs `inputs` (objects with the task's fields as attributes) on `entry`'s engine: the
+    answers in input order and the timing headers. The task API and the Open Inference
+    Protocol (service.oip, through `run_inputs`) both answer through here; the engine does the
+    checks and the work."""
+    if service.draining:
+        raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
+    state["attserve_model"] = entry.name
+    # The deadline runs from the request's arrival (stamped by service.http's protocol, else by
+    # the entry point), so reading, parsing, tokenizing (in the batcher) and queueing a big body
+    # under load all count.
+    loop = asyncio.get_running_loop()
+    deadline = state.get("attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
+    pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
+    service.metrics.series(service.metrics.inputs, endpoint, entry.name).inc(len(inputs))
+    answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=lambda: wait_disconnect(receive))
+    headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}"}
+    return answers.results, headers
 
 
 async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
                      batch: bool, explain: bool = False) -> tuple[list[dict], dict[str, str]]:
-    """Runs `inputs` (objects with the task's fields as attributes) on `entry`'s engine: the
-    answers in input order and the timing headers. The task API and the Open Inference
-    Protocol (service.oip) both answer through here; the engine does the checks and the work."""
-    service = _service(request)
-    if service.draining:
-        raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    request.state.attserve_model = entry.name
-    # The deadline runs from the request's arrival (set by the metrics middleware), so reading,
-    # parsing, tokenizing (in the batcher) and queueing a big body under load all count.
-    loop = asyncio.get_running_loop()
-    deadline = getattr(request.state, "attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
-    pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
-    service.metrics.series(service.metrics.inputs, endpoint, entry.name).inc(len(inputs))
-    answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=lambda: _wait_disconnect(request))
-    headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}"}
-    return answers.results, headers
+    """`run` for a route's `request`."""
+    return await run(_service(request), request.scope.setdefault("state", {}), request.receive, entry, inputs,
+                     endpoint, batch, explain)
 
 
 def add_task_route(task: Task) -> None:

@@ -66,7 +66,7 @@ class _Body(BaseModel):
     def ignored_fields(self) -> list[str]:
         """The unknown fields dropped from this body, as JSON paths (inputs[2].source)."""
         out = list(self._ignored)
-        for i, x in enumerate(getattr(self, "inputs", None) or ()):
+        for i, x in enumerate(self.__dict__.get("inputs") or ()):  # no AttributeError for a single body
             out += [f"inputs[{i}].{name}" for name in x._ignored]
         return out
 

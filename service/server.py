@@ -50,6 +50,7 @@ def build_server(settings) -> "DrainingServer":
         # header timeout, header size limit and connection cap: service.http
         http=guarded_protocol(settings),
         timeout_keep_alive=settings.keep_alive_timeout_s,
+        server_header=False,  # no "server: uvicorn": what runs here is nobody's business
         backlog=backlog(settings),
     )
     service = app.state.service

@@ -138,6 +138,10 @@ class _Settings(BaseSettings):
     docs: bool = False
     # /ui, the explanation page (static files from the package, no CDN, strict CSP)
     ui: bool = True
+    # FastAPI's native OpenTelemetry (server spans, HTTP metrics, error logs) to the providers
+    # this process configures (FASTAPI_OTEL_AUTO_CONFIGURE and OTEL_* for exporters). Off: the
+    # service's metrics are Prometheus', and the hook costs a provider lookup per request.
+    opentelemetry: bool = False
 
     # API keys: with any set, every route but the health checks (and /metrics, unless
     # metrics_require_key) answers 401 without `Authorization: Bearer <one of them>`

@@ -1,4 +1,4 @@
-"""The task endpoints' hot path (service.fastpath, issue 37): a valid JSON body is answered
+"""The task endpoints' hot path (service.entry, issue 37): a valid JSON body is answered
 without FastAPI's route (its dependency layer and second body read), anything else falls
 through to that route, whose answers and error bodies are the contract; the OpenAPI schema is
 FastAPI's, unchanged. A disconnect watcher starts only for a request still waiting after
@@ -93,3 +93,95 @@ def test_a_fast_request_starts_no_disconnect_watcher(service_bundles, monkeypatc
     quick, total = asyncio.run(scenario())
     assert quick == 0
     assert total == 1
+
+
+def _exchange(settings: Settings, monkeypatch, plain: bool) -> list[tuple[int, dict, dict]]:
+    """(status, JSON body, headers without the timing values and date) of a fixed set of
+    requests; `plain=False` sends every one down the full stack (the hot path declines it)."""
+    from service.entry import ServiceEntry
+
+    if not plain:
+        monkeypatch.setattr(ServiceEntry, "_plain", lambda self, scope: False)
+    requests = [
+        ("/classify", {"text": "hello there"}),
+        ("/classify", {"inputs": [{"text": "a b"}, {"text": "c", "id": 7}], "source": "x"}),
+        ("/entailment", {"premise": "a man sleeps", "hypothesis": "a person rests", "explain": True}),
+        ("/classify", {"text": "hello", "model": "no-such-model"}),  # 422 unknown_model, raised by the route
+        ("/classify", {"text": "hello", "model": "nli"}),  # 422 wrong_task
+        ("/entailment", {"premise": "", "hypothesis": "x"}),  # 422 from the engine's text checks
+    ]
+
+    async def scenario():
+        async with running_app(settings) as (app, client):
+            out = []
+            for path, body in requests:
+                r = await client.post(path, json=body)
+                headers = {k: v for k, v in r.headers.items() if k not in ("date",)}
+                for timing in ("x-total-time", "x-queue-time", "x-inference-time"):
+                    if timing in headers:
+                        headers[timing] = "timed"
+                out.append((r.status_code, r.json(), headers))
+            return out
+
+    return asyncio.run(scenario())
+
+
+def test_the_hot_path_answers_as_the_full_stack_does(service_bundles, monkeypatch):
+    settings = Settings(model_repository=service_bundles, max_batch_delay_ms=1)
+    hot = _exchange(settings, monkeypatch, plain=True)
+    full = _exchange(settings, monkeypatch, plain=False)
+    assert [status for status, _, _ in hot] == [200, 200, 200, 422, 422, 422]
+    for (hs, hb, hh), (fs, fb, fh) in zip(hot, full, strict=True):
+        assert (hs, hb) == (fs, fb)
+        assert hh == fh
+
+
+def test_api_keys_and_hosts_are_checked_before_the_hot_path(service_bundles, monkeypatch):
+    """A request the Host allow-list or the API keys refuse never reaches the hot path: it is
+    answered by their middleware (400, 401); an allowed one is answered hot."""
+    from service.entry import ServiceEntry
+
+    hot: list[str] = []
+    original = ServiceEntry._hot
+
+    async def counted(self, task, scope, receive, send):
+        hot.append(scope["path"])
+        return await original(self, task, scope, receive, send)
+
+    monkeypatch.setattr(ServiceEntry, "_hot", counted)
+    settings = Settings(model_repository=service_bundles, max_batch_delay_ms=1, api_keys="key-one-0123456789",
+                        allowed_hosts=["attserve"])
+    body = {"text": "hello there"}
+
+    async def scenario():
+        async with running_app(settings) as (app, client):
+            return (await client.post("/classify", json=body, headers={"authorization": "Bearer key-one-0123456789"}),
+                    await client.post("/classify", json=body),
+                    await client.post("/classify", json=body, headers={"authorization": "Bearer nope"}),
+                    await client.post("/classify", json=body, headers={"authorization": "Bearer key-one-0123456789", "host": "evil.example"}))
+
+    ok, missing, wrong, host = asyncio.run(scenario())
+    assert ok.status_code == 200 and hot == ["/classify"]
+    assert (missing.status_code, missing.json()["error"]["code"]) == (401, "unauthorized")
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (401, "unauthorized")
+    assert (host.status_code, host.json()["error"]["code"]) == (400, "invalid_host")
+
+
+def test_fastapis_opentelemetry_hook_follows_the_setting(service_bundles, monkeypatch):
+    """Off by default: FastAPI then looks up no OpenTelemetry provider per request."""
+    from opentelemetry import trace
+
+    lookups: list[int] = []
+    real = trace.get_tracer_provider
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: lookups.append(1) or real())
+
+    async def scenario(settings):
+        async with running_app(settings) as (app, client):
+            for _ in range(3):
+                assert (await client.post("/classify", json={"text": "hello"})).status_code == 200
+            assert (await client.get("/health/live")).status_code == 200
+
+    asyncio.run(scenario(Settings(model_repository=service_bundles, max_batch_delay_ms=1)))
+    assert lookups == []
+    asyncio.run(scenario(Settings(model_repository=service_bundles, max_batch_delay_ms=1, opentelemetry=True)))
+    assert len(lookups) >= 4

@@ -113,6 +113,9 @@ def test_bad_rerank_requests_are_clear_4xx(ranker):
         error = response.json()["error"]
         assert needle in error["message"], error
     assert ignored.status_code == 200 and ignored.headers["x-attserve-ignored-fields"] == "top_n"
+    # the advice is the task's own (core.tasks TextField.too_many), not verification's wording
+    advice = too_many.json()["error"]["message"]
+    assert "split the texts over several requests" in advice and "claim" not in advice, advice
 
 
 def test_rerank_over_the_open_inference_protocol(ranker):

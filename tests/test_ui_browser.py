@@ -412,6 +412,35 @@ def test_verify(driver, server, shots) -> None:
     assert console_errors(driver) == []
 
 
+def test_rerank(driver, server, shots) -> None:
+    """The reranker's page: the texts best first, each with the API's own score, and a note in
+    place of an explanation (rerank answers none)."""
+    query = "how are glacier caves formed?"
+    texts = ["The ice facade is approximately 60 m high.",
+             "A glacier cave is a cave formed within the ice of a glacier.",
+             "Ice formations may form on the floor of a cave."]
+    open_page(driver, server, "rerank")
+    model = driver.find_element(By.ID, "model").get_attribute("value")
+    answer = api(server, "/rerank", {"query": query, "texts": texts, "model": model, "return_text": True})
+    type_into(driver, "query", query)
+    type_into(driver, "texts", "\n".join(texts) + "\n\n")  # empty lines dropped, as for evidence
+    submit(driver, "ctrl-enter", "texts")
+
+    assert shown_label(driver) == f"text {answer[0]['index'] + 1}"
+    rows = driver.find_elements(By.CSS_SELECTOR, "#scores li")
+    assert [int(r.get_attribute("data-index")) for r in rows] == [a["index"] for a in answer]
+    assert [r.find_element(By.CLASS_NAME, "score-value").text for r in rows] == [fmt(a["score"]) for a in answer]
+    assert [r.find_element(By.CLASS_NAME, "score-name").text for r in rows] == [
+        f"{a['index'] + 1}. {texts[a['index']]}" for a in answer]
+    assert "top" in rows[0].get_attribute("class")
+    assert "no attention weights" in driver.find_element(By.ID, "explanation").text
+    assert driver.find_element(By.CSS_SELECTOR, "#result .verdict-key").text == "Best"
+    assert driver.find_element(By.ID, "submit").text == "Rank"
+    assert "Labels" not in driver.find_element(By.ID, "model-info").text  # a reranker has none
+    screenshot(driver, shots, "ui-rerank.png")
+    assert console_errors(driver) == []
+
+
 def test_api_error_in_the_alert(driver, server) -> None:
     open_page(driver, server, "classification")
     expected = httpx.post(server.base + "/classify", json={"text": "", "explain": True}, timeout=10)

@@ -10,7 +10,11 @@
     classification: { endpoint: "../classify", fields: ["text"] },
     entailment: { endpoint: "../entailment", fields: ["premise", "hypothesis"] },
     verification: { endpoint: "../verify", fields: ["claim", "evidence"] },
+    // TEI's rerank: scores per text, no labels and no explanation
+    rerank: { endpoint: "../rerank", fields: ["query", "texts"] },
   };
+  // Fields that hold a list: one text per line in their text box.
+  const LIST_FIELDS = new Set(["evidence", "texts"]);
   // Accepted in ?task=: the task names and the endpoint names.
   const TASK_ALIASES = { classify: "classification", verify: "verification" };
   // The README's examples.
@@ -20,6 +24,12 @@
     verification: {
       claim: "A dog is running in the snow.",
       evidence: "Two people sit at a cafe table.\nA brown dog runs through deep snow.\nA child paints a fence.",
+    },
+    rerank: {
+      query: "how are glacier caves formed?",
+      texts: "A glacier cave is a cave formed within the ice of a glacier.\n"
+        + "The ice facade is approximately 60 m high.\n"
+        + "Glacier caves are often called ice caves, but this term is properly used to describe bedrock caves that contain year-round ice.",
     },
   };
   const UNKNOWN_TITLE = "unknown word";
@@ -138,6 +148,7 @@
     for (const field of form.querySelectorAll("[data-task]")) {
       field.hidden = field.dataset.task !== task;
     }
+    $("submit").textContent = task === "rerank" ? "Rank" : "Explain";
     fillModels(task);
   }
 
@@ -175,7 +186,7 @@
     }
     const parts = [];
     if (info.description) parts.push(info.description);
-    if (Array.isArray(info.labels)) parts.push(`Labels: ${info.labels.join(", ")}.`);
+    if (Array.isArray(info.labels) && info.labels.length) parts.push(`Labels: ${info.labels.join(", ")}.`);
     if (info.max_lengths) {
       parts.push(`Max length: ${Object.entries(info.max_lengths).map(([k, v]) => `${k.replace(/_ids$/, "")} ${v}`).join(", ")} tokens.`);
     }
@@ -220,10 +231,11 @@
     const body = {};
     for (const field of TASKS[task].fields) {
       const value = $(field).value;
-      body[field] = field === "evidence" ? value.split(/\r?\n/).filter((line) => line.trim() !== "") : value;
+      body[field] = LIST_FIELDS.has(field) ? value.split(/\r?\n/).filter((line) => line.trim() !== "") : value;
     }
     if (modelSelect.value) body.model = modelSelect.value;
-    body.explain = true;
+    if (task === "rerank") body.return_text = true;
+    else body.explain = true;
     return body;
   }
 
@@ -244,8 +256,14 @@
         body: JSON.stringify(body),
       });
       const answer = await readAnswer(response);
-      render(task, body, answer, response.headers.get("x-total-time"));
-      setStatus(`Done: ${answer.label}${answer.scores ? ` (${fmt(answer.scores[answer.label])})` : ""}.`);
+      const totalMs = response.headers.get("x-total-time");
+      if (task === "rerank") {
+        renderRanking(answer, totalMs);
+        setStatus(`Done: ${answer.length} texts ranked; the best is text ${answer[0].index + 1} (${fmt(answer[0].score)}).`);
+      } else {
+        render(task, body, answer, totalMs);
+        setStatus(`Done: ${answer.label}${answer.scores ? ` (${fmt(answer.scores[answer.label])})` : ""}.`);
+      }
     } catch (err) {
       result.hidden = true; // an old result under a new error would mislead
       reportError(err, "The request");
@@ -259,6 +277,7 @@
   // --- rendering -------------------------------------------------------------------------
 
   function render(task, body, answer, totalMs) {
+    result.querySelector(".verdict-key").textContent = "Label";
     $("result-label").textContent = answer.label;
     result.dataset.task = task;
     const meta = [answer.model];
@@ -278,6 +297,30 @@
     } else {
       renderTexts(box, task, body, explanation);
     }
+    result.hidden = false;
+  }
+
+  // Rerank: the texts best first, each with its relevance (sigmoid of the pair's log-odds).
+  function renderRanking(ranking, totalMs) {
+    result.dataset.task = "rerank";
+    result.querySelector(".verdict-key").textContent = "Best";
+    $("result-label").textContent = ranking.length ? `text ${ranking[0].index + 1}` : "no text";
+    const meta = [modelSelect.value || "the default model"];
+    if (totalMs) meta.push(`${Number(totalMs).toFixed(1)} ms`);
+    $("result-meta").textContent = meta.join(" · ");
+    const list = $("scores");
+    list.replaceChildren();
+    ranking.forEach((entry, rank) => {
+      const fill = el("span", { class: "fill" });
+      fill.style.width = pct(entry.score);
+      list.append(el("li", { class: rank === 0 ? "top" : null, "data-index": entry.index },
+        el("span", { class: "score-name", text: `${entry.index + 1}. ${entry.text || ""}` }),
+        el("span", { class: "bar", "aria-hidden": "true" }, fill),
+        el("span", { class: "score-value", text: fmt(entry.score) })));
+    });
+    $("method").textContent = "";
+    $("explanation").replaceChildren(el("p", { class: "note",
+      text: "Reranking answers one relevance score per text (best first); it has no attention weights to show." }));
     result.hidden = false;
   }
 
