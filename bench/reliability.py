@@ -70,14 +70,23 @@ ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<st
 
 class ServiceProcess:
     """`python -m service` on a free local port with `ATTSERVE_*` settings; its JSON log lines
-    (stderr) go to `log_path`, which stays behind for inspection."""
+    (stderr) go to `log_path`, which stays behind for inspection. The one way the tests, the
+    bench's deploy checks and the reliability runs start the service as users do.
 
-    def __init__(self, repository: Path, log_path: Path, **settings: Any) -> None:
+    `python_args` go to the interpreter (`("-X", "importtime")` traces every import into the
+    log); `inherit_settings=False` drops the `ATTSERVE_*` variables of the caller's environment,
+    so only `settings` configure it."""
+
+    def __init__(self, repository: Path, log_path: Path, *, python_args: Sequence[str] = (),
+                 inherit_settings: bool = True, **settings: Any) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
+        self.python_args = tuple(python_args)
+        inherited = os.environ if inherit_settings else {k: v for k, v in os.environ.items()
+                                                          if not k.startswith("ATTSERVE_")}
         self.env = {
-            **os.environ,
+            **inherited,
             "ATTSERVE_HOST": "127.0.0.1",
             "ATTSERVE_PORT": str(self.port),
             "ATTSERVE_MODEL_REPOSITORY": str(repository),
@@ -88,7 +97,7 @@ class ServiceProcess:
     def start(self, ready: bool = True, timeout_s: float = 120.0) -> "ServiceProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w") as stderr:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=self.env,
+            self.proc = subprocess.Popen([sys.executable, *self.python_args, "-m", "service"], cwd=REPO, env=self.env,
                                          stdout=subprocess.DEVNULL, stderr=stderr)
         self.wait_for("/health/ready" if ready else "/health/live", timeout_s)
         return self

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from typing import Iterator
 import httpx
 import pytest
 
+from bench.reliability import ServiceProcess
 from bench.servers import free_port
 import yaml
 
@@ -86,22 +85,11 @@ class Service:
 @contextlib.contextmanager
 def running_service(repository: Path, workdir: Path) -> Iterator[Service]:
     """`python -m service` on a free loopback port serving `repository` (tests/bundles.py's
-    tiny bundles), ready (models loaded and warm) when this yields."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTSERVE_")}
-    env.update(
-        ATTSERVE_HOST="127.0.0.1",
-        ATTSERVE_PORT=str(port),
-        ATTSERVE_MODEL_REPOSITORY=str(repository),
-        ATTSERVE_DEVICE="cpu",
-        ATTSERVE_INTRA_OP_THREADS="1",
-        ATTSERVE_MAX_BATCH_DELAY_MS="2",
-    )
-    log_path = workdir / "service.log"
-    with background_process([sys.executable, "-m", "service"], log_path, cwd=REPO, env=env) as process:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_ok(f"{url}/health/ready", process, log_path, timeout_s=60)
-        yield Service(url=url, port=port)
+    tiny bundles), ready (models loaded and warm) when this yields; only these settings, none
+    from the caller's environment."""
+    with ServiceProcess(repository, workdir / "service.log", inherit_settings=False, device="cpu",
+                        intra_op_threads=1, max_batch_delay_ms=2) as process:
+        yield Service(url=process.base, port=process.port)
 
 
 def send_traffic(service: Service, rounds: int) -> None:

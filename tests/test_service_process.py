@@ -7,8 +7,6 @@ DEVICE=cuda without a GPU, and that the serving process never imports torch (its
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,32 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.servers import free_port
+from bench.reliability import ServiceProcess
 
 
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = {"torch", "models", "training", "export"}
-
-
-def start_service(repo: Path, port: int, **env: str) -> subprocess.Popen:
-    environ = {**os.environ, "ATTSERVE_HOST": "127.0.0.1", "ATTSERVE_PORT": str(port),
-               "ATTSERVE_MODEL_REPOSITORY": str(repo), **env}
-    return subprocess.Popen([sys.executable, "-X", "importtime", "-m", "service"], cwd=REPO, env=environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_ready(proc: subprocess.Popen, base: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"service exited with {proc.returncode}: {proc.stderr.read()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/health/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("service not ready in time")
 
 
 def imported_modules(stderr: str) -> set[str]:
@@ -57,13 +34,13 @@ def imported_modules(stderr: str) -> set[str]:
     return out
 
 
-def test_real_server_serves_drains_on_sigterm_and_never_imports_torch(service_bundles):
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = start_service(service_bundles, port, ATTSERVE_MAX_BATCH_DELAY_MS="500", ATTSERVE_MAX_BATCH_SIZE="64",
-                         ATTSERVE_SHUTDOWN_TIMEOUT_S="10")
+def test_real_server_serves_drains_on_sigterm_and_never_imports_torch(service_bundles, tmp_path):
+    server = ServiceProcess(service_bundles, tmp_path / "service.log", python_args=("-X", "importtime"),
+                            max_batch_delay_ms=500, max_batch_size=64, shutdown_timeout_s=10)
+    base = server.base
     try:
-        wait_ready(proc, base)
+        server.start(timeout_s=60)
+        proc = server.proc
         models = httpx.get(f"{base}/v1/models").json()["models"]
         assert {m["provider"] for m in models} == {"CPUExecutionProvider"}
 
@@ -81,11 +58,11 @@ def test_real_server_serves_drains_on_sigterm_and_never_imports_torch(service_bu
         assert len(responses[-1].json()["evidence_scores"]) == 2
         proc.wait(timeout=15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    stderr = proc.stderr.read()
-    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+    stderr = server.log_path.read_text(errors="replace")
+    logs = server.log_records()
     assert any(r["message"] == "model ready" and r["provider"] == "CPUExecutionProvider" for r in logs)
     assert any(r["message"] == "stopped" for r in logs), "lifespan drain did not finish"
     modules = imported_modules(stderr)
@@ -101,7 +78,7 @@ def test_cuda_without_gpu_fails_at_start(tmp_path):
 
 
 @pytest.mark.slow
-def test_throughput_http_vs_session(service_bundles):
+def test_throughput_http_vs_session(service_bundles, tmp_path):
     """500 /classify requests at concurrency 32 over HTTP (uvicorn) against the same inputs
     run straight through one onnxruntime session in batches of 32; prints both and the ratio.
     Run: python -m pytest tests/test_service_process.py -m slow -s"""
@@ -110,12 +87,11 @@ def test_throughput_http_vs_session(service_bundles):
     from service.runtime import ModelRuntime, requested_providers
 
     texts = [f"the team won the championship after extra time {i} ." for i in range(500)]
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = start_service(service_bundles, port, ATTSERVE_MAX_BATCH_DELAY_MS="2", ATTSERVE_MAX_BATCH_SIZE="32",
-                         ATTSERVE_MODELS="topic", ATTSERVE_INTRA_OP_THREADS="1")
+    server = ServiceProcess(service_bundles, tmp_path / "service.log", max_batch_delay_ms=2, max_batch_size=32,
+                            models="topic", intra_op_threads=1)
+    base = server.base
+    server.start(timeout_s=60)
     try:
-        wait_ready(proc, base)
 
         async def load():
             limit = asyncio.Semaphore(32)
@@ -133,8 +109,7 @@ def test_throughput_http_vs_session(service_bundles):
 
         http_rps, metrics = asyncio.run(load())
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        server.terminate(timeout_s=30)
 
     runtime = ModelRuntime.load(service_bundles / "topic", requested_providers("cpu"), threads=1)
     start = time.perf_counter()
