@@ -40,7 +40,7 @@ mutations: $(VENV)/.dev
 
 # Rebuild every default bundle from data (hours on a 2-core CPU).
 models: $(VENV)/.dev
-	PATH=$(BIN):$$PATH bash scripts/make_models.sh
+	PATH=$(BIN):$$PATH bash tools/make_models.sh
 
 # The ABCNN paper's benchmark rows and the AttConv paper's SciTail rows beside the papers' figures
 # (README "Paper reproduction"); reads SICK/MSRP/WikiQA/SciTail from $ATTSERVE_BENCHMARK_DIR (default

@@ -1,8 +1,9 @@
 """`attserve` CLI: one command per step of the pipeline.
 
 Each command lives beside the code it drives (`training/data_command.py`, `training/commands.py`, `export/commands.py`,
-`service/commands.py`, `bench/commands.py`) and those modules import nothing heavy at
-import time, so `attserve serve` never loads torch and `--help` is instant.
+`service/commands.py`, `bench/commands.py`; the `attserve bundle ...` group in `export/rewrite/commands.py`)
+and those modules import nothing heavy at import time, so `attserve serve` never loads torch and
+`--help` is instant.
 """
 
 from __future__ import annotations
@@ -35,11 +36,18 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.reproduce": ("reproduce",),
 }
 
+# group -> (module, the functions in it that become its sub-commands): `attserve GROUP COMMAND`
+COMMAND_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bundle": ("export.rewrite.commands", ("extend_vocab", "fp16_embeddings", "to_checkpoint", "explanations")),
+}
+
 # Commands that run PyTorch (or the other packages of the `train` extra). The serving install
 # (`make serve`, the images) lacks them: these commands say so in one line instead of a traceback.
+# A group's entry covers each of its sub-commands.
 TRAINING_MODULES = ("torch", "safetensors", "onnx", "sklearn")
 TRAINING_COMMANDS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("train", "evaluate", "baseline", "card", "export", "reproduce", "bench"), TRAINING_MODULES),
+    **dict.fromkeys(("train", "evaluate", "baseline", "card", "export", "reproduce", "bench", "bundle"),
+                    TRAINING_MODULES),
     "recipe-options": ("torch",),  # reads the architectures' network config classes
     "data": ("pyarrow",),  # reads the GloVe package's parquet word list
 }
@@ -120,11 +128,12 @@ def missing_training_modules(modules: tuple[str, ...] = TRAINING_MODULES) -> lis
 
 
 def needs_training_extra(command: str, fn: Callable) -> Callable:
-    """`fn`, refusing to run (one line on stderr, exit 2) without the training extra."""
+    """`fn`, refusing to run (one line on stderr, exit 2) without the training extra. `command`:
+    as typed after `attserve` ("export", "bundle extend-vocab"; a group's entry covers it)."""
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
-        missing = missing_training_modules(TRAINING_COMMANDS.get(command, TRAINING_MODULES))
+        missing = missing_training_modules(TRAINING_COMMANDS.get(command.split()[0], TRAINING_MODULES))
         if missing:
             typer.echo(
                 f"attserve {command} needs the training extra: pip install -e '.[train]' "
@@ -142,22 +151,44 @@ def _short_help(fn: Callable) -> str:
     return f"{TRAINING_MARK} " + " ".join(first.split())
 
 
-for module_name, names in COMMAND_MODULES.items():
+def _import_commands(module_name: str):
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:  # a module not written yet, or an extra not installed
         if exc.name != module_name:
             raise
-        continue
+        return None
+
+
+def _add_commands(target: typer.Typer, module, names: tuple[str, ...], group: str = "") -> None:
+    """The functions `names` of `module` as commands of `target` (the app, or `group`'s sub-app)."""
     for name in names:
         fn = getattr(module, name, None)
         if fn is None:
             continue
         command = name.replace("_", "-")
-        if command in TRAINING_COMMANDS:
-            app.command(command, short_help=_short_help(fn))(needs_training_extra(command, fn))
+        typed = f"{group} {command}" if group else command  # as typed after `attserve`
+        if typed.split()[0] in TRAINING_COMMANDS:
+            target.command(command, short_help=_short_help(fn))(needs_training_extra(typed, fn))
         else:
-            app.command(command)(fn)
+            target.command(command)(fn)
+
+
+for module_name, names in COMMAND_MODULES.items():
+    module = _import_commands(module_name)
+    if module is not None:
+        _add_commands(app, module, names)
+
+for group, (module_name, names) in COMMAND_GROUPS.items():
+    module = _import_commands(module_name)
+    if module is None:
+        continue
+    help_text = (module.__doc__ or "").strip().split("\n\n")[0]
+    sub_app = typer.Typer(help=help_text, no_args_is_help=True, add_completion=False,
+                          pretty_exceptions_enable=False)
+    _add_commands(sub_app, module, names, group=group)
+    mark = f"{TRAINING_MARK} " if group in TRAINING_COMMANDS else ""
+    app.add_typer(sub_app, name=group, short_help=mark + " ".join(help_text.split()))
 
 
 if __name__ == "__main__":

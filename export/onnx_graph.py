@@ -16,7 +16,7 @@ OPSET = 18
 log = logging.getLogger(__name__)
 
 # suffix of a float16 copy of a table and of the nodes that read it (store_embeddings_fp16);
-# scripts/bundle_to_checkpoint.py strips it to find the PyTorch parameter again
+# export.rewrite.to_checkpoint (`attserve bundle to-checkpoint`) strips it to find the PyTorch parameter again
 FP16_SUFFIX = "__fp16"
 
 

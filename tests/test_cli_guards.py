@@ -1,5 +1,6 @@
 """CLI guards (issue 17): export never replaces a bundle without --force, and the commands of
-the training extra say in one line what to install when torch is missing."""
+the training extra (the `attserve bundle ...` group's too) say in one line what to install when
+torch is missing."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINING = ("train", "evaluate", "baseline", "card", "export", "reproduce", "bench", "data")
+TRAINING = ("train", "evaluate", "baseline", "card", "export", "reproduce", "bench", "data", "bundle")
+BUNDLE_COMMANDS = ("extend-vocab", "fp16-embeddings", "to-checkpoint", "explanations")
 
 
 def _env() -> dict[str, str]:
@@ -108,6 +110,45 @@ def test_training_commands_need_the_extra_in_one_line(argv):
     assert lines[0].startswith(f"attserve {argv[0]} needs the training extra: pip install -e '.[train]'")
     assert "make install-dev" in lines[0] and "torch" in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ("extend-vocab", "model_repository/bbc-act", "--pretrained-vocab", "10"),
+    ("fp16-embeddings", "model_repository/bbc-act"),
+    ("to-checkpoint", "model_repository/bbc-act", "recipes/bbc-act.toml", "--out", "/nonexistent/out"),
+    ("explanations", "model_repository/bbc-act"),
+], ids=lambda argv: argv[0])
+def test_bundle_commands_need_the_extra_in_one_line(argv):
+    """Issue 34: the bundle rewrites (once files in a scripts folder) refuse like the other training commands,
+    before they touch the bundle."""
+    config = (ROOT / "model_repository" / "bbc-act" / "config.json").read_bytes()
+    result = _cli_without_torch("bundle", *argv)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"attserve bundle {argv[0]} needs the training extra: pip install -e '.[train]'")
+    assert "Traceback" not in result.stderr + result.stdout
+    assert (ROOT / "model_repository" / "bbc-act" / "config.json").read_bytes() == config
+
+
+def test_bundle_help_lists_the_rewrites_and_the_cli_imports_neither_torch_nor_onnx():
+    """`attserve bundle --help` names the four rewrites (export.rewrite); importing the CLI, the
+    group's command module included, loads neither torch nor onnx nor the rewrites themselves."""
+    from cli.main import app
+
+    result = CliRunner().invoke(app, ["bundle", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"})
+    assert result.exit_code == 0, result.output
+    listed = [line.strip("│ ").split()[0] for line in result.output.splitlines()
+              if line.strip("│ ").split()[:1] and line.strip("│ ").split()[0] in BUNDLE_COMMANDS]
+    assert listed == list(BUNDLE_COMMANDS), result.output
+    for command in BUNDLE_COMMANDS:
+        assert CliRunner().invoke(app, ["bundle", command, "--help"]).exit_code == 0, command
+
+    code = ("import sys, cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'onnx') "
+            "or m.startswith('export.rewrite.') and m != 'export.rewrite.commands'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_help_marks_the_commands_of_the_training_extra():

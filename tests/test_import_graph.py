@@ -117,21 +117,28 @@ def test_the_routers_are_imported_at_module_level():
     assert inside == []
 
 
-def test_no_test_reaches_into_scripts_through_sys_path():
-    """scripts/ holds tools run by hand; the harnesses the tests share are importable modules
+def test_no_test_reaches_into_tools_through_sys_path():
+    """tools/ holds probes run by hand; the harnesses the tests share are importable modules
     (bench.reliability, bench.servers, tests/ helpers), not files put on sys.path."""
     offenders = []
     for path in sorted((ROOT / "tests").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.path.insert", "sys.path.append") \
-                    and "scripts" in ast.unparse(node):
+                    and any(name in ast.unparse(node) for name in ("tools", "scripts")):
                 offenders.append(path.name)
     assert offenders == []
 
 
+@pytest.mark.parametrize("package", ["core", "models", "training", "export", "service", "cli", "bench", "tests"])
+def test_nothing_imports_the_tools_folder(package):
+    """Issue 34: tools/ is run by hand, never imported (the bundle rewrites it held are
+    export.rewrite, `attserve bundle ...`), nor the scripts folder it replaced."""
+    assert imported_roots(package).isdisjoint({"tools", "scripts"})
+
+
 def test_one_free_port():
     """One way to pick a free local port: bench.servers.free_port."""
-    defined = [str(path.relative_to(ROOT)) for package in ("tests", "bench", "service", "scripts")
+    defined = [str(path.relative_to(ROOT)) for package in ("tests", "bench", "service", "tools")
                for path in (ROOT / package).rglob("*.py")
                if any(isinstance(n, ast.FunctionDef) and n.name == "free_port"
                       for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]

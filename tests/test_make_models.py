@@ -1,4 +1,4 @@
-"""scripts/make_models.sh (`make models`) on a folder of small recipes with a stand-in CLI that
+"""tools/make_models.sh (`make models`) on a folder of small recipes with a stand-in CLI that
 records its calls: every recipe is trained, each after the recipe whose checkpoint it starts from
 ([train] init_from, passed as --init-from) although name order says otherwise; only `ship = true`
 recipes are exported and carded; the bundles of `default = true` recipes come out marked
@@ -37,8 +37,8 @@ RECIPES = {
 
 def run_make_models(tmp_path: Path) -> tuple[list[str], Path]:
     tree = tmp_path / "tree"
-    (tree / "scripts").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "make_models.sh", tree / "scripts" / "make_models.sh")
+    (tree / "tools").mkdir(parents=True)
+    shutil.copy(REPO / "tools" / "make_models.sh", tree / "tools" / "make_models.sh")
     (tree / "recipes").mkdir()
     for name, extra in RECIPES.items():
         # top-level keys first: TOML puts everything after a [table] header into that table
@@ -50,7 +50,7 @@ def run_make_models(tmp_path: Path) -> tuple[list[str], Path]:
     calls = tmp_path / "calls.txt"
     env = {**os.environ, "ATTSERVE": str(fake), "CALLS": str(calls), "CHECKPOINTS": "ckpt", "REPOSITORY": "repo",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "scripts/make_models.sh"], cwd=tree, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["bash", "tools/make_models.sh"], cwd=tree, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return calls.read_text().splitlines(), tree / "repo"
 

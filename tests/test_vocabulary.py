@@ -289,13 +289,14 @@ def test_the_tuned_channel_trains_seen_rows_and_repeats_static_vectors_for_unsee
 
 
 def test_a_bundle_gains_pretrained_words_after_export_with_the_network_unchanged(tmp_path, monkeypatch):
-    """scripts/bundle_extend_vocab.py: the next pretrained words join a shipped bundle; old ids,
-    and logits on them, stay bit-identical, and a new word's logits are those of the PyTorch
-    network whose static table holds that word's vector (the rows it would have had in training)."""
+    """export.rewrite.extend_vocab (`attserve bundle extend-vocab`): the next pretrained words
+    join a shipped bundle; old ids, and logits on them, stay bit-identical, and a new word's
+    logits are those of the PyTorch network whose static table holds that word's vector (the rows
+    it would have had in training)."""
     import onnxruntime as ort
 
     from export.bundle import write_bundle
-    from scripts.bundle_extend_vocab import extend
+    from export.rewrite.extend_vocab import extend
     from training.checkpoint import load_checkpoint
 
     train_words, words, vectors, _ = _train_two_channel(tmp_path / "checkpoint", monkeypatch,
@@ -376,11 +377,11 @@ def test_a_checkpoint_starts_training_with_fewer_pretrained_words(tmp_path, monk
 
 
 def test_a_bundle_turns_back_into_the_checkpoint_it_was_exported_from(tmp_path, monkeypatch):
-    """scripts/bundle_to_checkpoint.py: every weight comes back (float16 tables as the float32 of
-    their float16 values), the rebuilt checkpoint answers what the bundle answers, and a recipe
-    with other sizes is refused."""
+    """export.rewrite.to_checkpoint (`attserve bundle to-checkpoint`): every weight comes back
+    (float16 tables as the float32 of their float16 values), the rebuilt checkpoint answers what
+    the bundle answers, and a recipe with other sizes is refused."""
     from export.bundle import write_bundle
-    from scripts.bundle_to_checkpoint import convert
+    from export.rewrite.to_checkpoint import convert
     from tests.test_trainer import encoded_inputs, make_splits
     from training.checkpoint import load_checkpoint
 
@@ -416,8 +417,8 @@ def test_a_tuned_table_gains_words_only_when_its_rows_stayed_near_the_vectors(tm
     import onnxruntime as ort
 
     from export.bundle import write_bundle
-    from scripts.bundle_extend_vocab import extend
-    from scripts.bundle_fp16_embeddings import random_batches, static_tables
+    from export.rewrite.extend_vocab import extend
+    from export.rewrite.fp16_embeddings import random_batches, static_tables
     from tests.test_export import train_checkpoint
 
     bundle = write_bundle(train_checkpoint("entailment", tmp_path / "c"), tmp_path / "bundle")

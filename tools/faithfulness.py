@@ -10,7 +10,7 @@ skipped). Reported: how often the predicted label changes, for k = 1 and k = 3.
 
 Runs the service's runtime in process (onnxruntime, the bundle's tokenizer), no HTTP.
 
-    python scripts/faithfulness.py model_repository/snli-attconv-advanced ... [--out docs/faithfulness.json]
+    python tools/faithfulness.py model_repository/snli-attconv-advanced ... [--out docs/faithfulness.json]
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def main(
                   f"vs {r['changed_random']:.1%} (random; draws {', '.join(f'{x:.1%}' for x in r['changed_random_draws'])}) "
                   f"over {r['pairs']} pairs", flush=True)
     if out is not None:
-        out.write_text(json.dumps({"command": "python scripts/faithfulness.py " + " ".join(
+        out.write_text(json.dumps({"command": "python tools/faithfulness.py " + " ".join(
             str(b) for b in bundles), "data": "SNLI 1.0 test (gold label present)", "results": results}, indent=2) + "\n")
 
 

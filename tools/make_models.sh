@@ -9,8 +9,8 @@
 # a recipe with `default = true` gets `"default": true` in its bundle's config.json (its task's
 # default model, service/settings.py).
 #
-#   scripts/make_models.sh                      # every recipes/*.toml, each after its init_from
-#   scripts/make_models.sh recipes/bbc-act.toml # just these, in the order given
+#   tools/make_models.sh                        # every recipes/*.toml, each after its init_from
+#   tools/make_models.sh recipes/bbc-act.toml   # just these, in the order given
 #
 # Environment: ATTSERVE (the CLI, default "python -m cli.main"), CHECKPOINTS (default
 # checkpoints), REPOSITORY (default model_repository), DEVICE (default auto: CUDA when torch

@@ -4,7 +4,7 @@ checkpoint with the per-source dev/test accuracies in metrics.json, as `attserve
 dataset itself is not changed (README, "Beyond captions (issue 32)": MultiNLI and XNLI x3 for 43
 minutes from the shipped default's checkpoint).
 
-    python scripts/nli_mix_repeat_probe.py runs/probe-nli-multigenre-x3 '{"mnli": 3, "xnli": 3}' \\
+    python tools/nli_mix_repeat_probe.py runs/probe-nli-multigenre-x3 '{"mnli": 3, "xnli": 3}' \\
         --minutes 40 --init-from checkpoints/nli-attconv-advanced --lr 0.00025
 """
 

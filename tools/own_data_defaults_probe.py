@@ -21,7 +21,7 @@ Prints one JSON object: each variant's dev/test accuracy, macro F1 and wall time
 writes for the first new-defaults model (exported to a bundle). Needs the `tweets` and `glove` data
 (`attserve data tweets glove`).
 
-    .venv/bin/python scripts/own_data_defaults_probe.py [--seeds 0 1 2 3 4] [--keep DIR]
+    .venv/bin/python tools/own_data_defaults_probe.py [--seeds 0 1 2 3 4] [--keep DIR]
 """
 
 from __future__ import annotations

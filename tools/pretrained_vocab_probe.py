@@ -6,7 +6,7 @@ training, so a cut checkpoint is the network as trained, reading fewer words. Fo
 recipe's `pretrained_vocab` under the repository's size budget (each 10,000 words of 50-d float16
 rows add 1 MB to model.onnx and ~0.25 MB to tokenizer.json).
 
-    python scripts/pretrained_vocab_probe.py checkpoints/scitail-attconv scitail 0,10000,20000,40000,100000 \\
+    python tools/pretrained_vocab_probe.py checkpoints/scitail-attconv scitail 0,10000,20000,40000,100000 \\
         [--parts dev,test] [--ood] [--json runs/vocab-probe.json]
 """
 

@@ -3,7 +3,7 @@ MultiNLI, XNLI, QNLI, SciTail, FEVER pairs), through each bundle's own ONNX grap
 scoring path, training.card.score_examples): how a model does on each source's held-back dev
 (or test) pairs, before and after a retrain.
 
-    python scripts/source_breakdown.py model_repository/snli-attconv-advanced [BUNDLE ...] \\
+    python tools/source_breakdown.py model_repository/snli-attconv-advanced [BUNDLE ...] \\
         [--split dev] [--json runs/breakdown.json] [--markdown runs/breakdown.md]
 
 Two figures per source:

@@ -1,6 +1,6 @@
 """The answers' `unknown_token_share` on in-domain and off-domain text (docs/answers.md).
 
-    python scripts/unknown_token_share.py [--cache DIR] [--limit N] [--out FILE]
+    python tools/unknown_token_share.py [--cache DIR] [--limit N] [--out FILE]
 
 Each example goes through the service's own request encoder (service.tasks.token_ids, what
 an answer's `unknown_token_share` is computed by) for each bundled model, against its own test

@@ -16,7 +16,7 @@ Variants: "50d" and "100d" use the same words (the ones both sets have: the 100-
 Coverage: share of token occurrences (premise + hypothesis; numbers and punctuation count)
 whose token is among the first N words of each vector file, for several N.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/vector_probe.py > probe.json
+    OMP_NUM_THREADS=1 .venv/bin/python tools/vector_probe.py > probe.json
 
 Prints one JSON object on stdout; progress on stderr. Needs both vector sets fetched
 (`attserve data glove-6b-50d glove-6b-100d`; the 100-d one needs npm) and the OOD files.

@@ -6,7 +6,7 @@ evidence holds the gold premise, by SNLI label, and claims whose gold premise wa
 evidence the network scored highest is the gold premise (the attribution's hit rate), against
 the 1/K of a random pick.
 
-    python scripts/verification_breakdown.py checkpoints/snli-verification-attconv --split test
+    python tools/verification_breakdown.py checkpoints/snli-verification-attconv --split test
 
 Writes JSON to stdout; progress and logs go to stderr.
 """

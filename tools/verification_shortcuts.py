@@ -19,7 +19,7 @@ training/verification.py) and reports, for one split:
                     (a label-noise proxy: such a sentence may decide the claim)
   label and evidence-count distributions
 
-    .venv/bin/python scripts/verification_shortcuts.py --split test --out runs/shortcuts.json
+    .venv/bin/python tools/verification_shortcuts.py --split test --out runs/shortcuts.json
 
 Writes JSON to stdout (and to --out); logs go to stderr. Single-threaded and CPU-light.
 """

@@ -2,7 +2,7 @@
 SNLI-derived verification test claims whose evidence holds the gold premise among 2+ sentences,
 how often each one's top-scored sentence is the gold premise.
 
-    python scripts/wikiqa_evidence_ranking.py runs/reproduce/wikiqa-abcnn-3-two checkpoints/snli-verification-attconv
+    python tools/wikiqa_evidence_ranking.py runs/reproduce/wikiqa-abcnn-3-two checkpoints/snli-verification-attconv
 
 The ranker scores (claim, sentence) as (question, candidate answer). JSON to stdout.
 """

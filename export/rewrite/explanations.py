@@ -1,33 +1,30 @@
 """Expose the explaining attention of an existing bundle's graph, in place, when its checkpoint is gone.
 
 `attserve export` does this itself (export.explanations.expose_explanation, checked against
-PyTorch by the parity check). This script is for bundles exported before that: it applies the
+PyTorch by the parity check). This rewrite is for bundles exported before that: it applies the
 same rewrite to the shipped graph (which tensor to expose is decided by the architecture; a
 small network of that architecture stands in for the checkpoint, only its type and config are
 read), checks that the logits of the rewritten graph are bit-identical to the old graph's on
 seeded random batches (the rewrite adds an output and touches no node), and records the
 explanation, the new checksum and version in config.json.
 
-    python scripts/bundle_explanations.py model_repository/snli-attconv-light ...
+    attserve bundle explanations model_repository/snli-attconv-light ...
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from export.explanations import expose_explanation  # noqa: E402
-from export.parity import random_batches  # noqa: E402
-from models import TASKS, build_network  # noqa: E402
-from core.bundle import read_config, sha256_file  # noqa: E402
+from core.bundle import read_config, sha256_file
+from export.explanations import expose_explanation
+from export.parity import random_batches
+from models import TASKS, build_network
 
 
 def convert(bundle: Path, multi_context: str = "wise") -> dict:
@@ -66,10 +63,3 @@ def convert(bundle: Path, multi_context: str = "wise") -> dict:
     config_path.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
     read_config(config_path)  # the result is a valid bundle config
     return {"bundle": str(bundle), "kind": spec.kind, "layout": spec.layout, "outputs_identical_on": examples}
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__)
-    for arg in sys.argv[1:]:
-        print(json.dumps(convert(Path(arg))))

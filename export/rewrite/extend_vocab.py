@@ -5,7 +5,7 @@ A bundle whose tokenizer has a vocabulary over pretrained vectors (`[tokenizer] 
 training: their rows in the static table are the GloVe vectors, and the tuned channel repeats
 them. So appending the next GloVe words, in GloVe's order, with their vectors, gives the network
 exactly what it would have had for those words had they been in the vocabulary when it was
-trained. The script checks that premise before it writes anything:
+trained. The rewrite checks that premise before it writes anything:
 
 - the bundle's pretrained-only words are the first N producible GloVe words outside the
   training words, in order (same vector set, same rule as `training.tokenizer.build_tokenizer`);
@@ -18,20 +18,18 @@ and version. `attserve card` refreshes the card's figures afterwards.
 
 `--tuned-rows` is for a bundle trained on its own words only (one fine-tuned table, every other
 word [UNK]): there the new words' untuned vectors sit beside tuned rows, which is a new model,
-not an exact extension. The script measures how far tuning moved the rows from the vectors
+not an exact extension. The rewrite measures how far tuning moved the rows from the vectors
 (mean cosine; refused below MIN_TUNED_COSINE) and the card decides whether it ships.
 
-    python scripts/bundle_extend_vocab.py model_repository/snli-attconv-advanced --pretrained-vocab 100000
-    python scripts/bundle_extend_vocab.py model_repository/snli-verification-attconv --pretrained-vocab 20000 --tuned-rows
+    attserve bundle extend-vocab model_repository/snli-attconv-advanced --pretrained-vocab 100000
+    attserve bundle extend-vocab model_repository/snli-verification-attconv --pretrained-vocab 20000 --tuned-rows
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -41,13 +39,10 @@ import onnxruntime as ort
 from onnx import numpy_helper
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bundle_fp16_embeddings import random_batches, static_tables  # noqa: E402
-from core.bundle import sha256_file  # noqa: E402
-from core.tokenization import TextEncoder  # noqa: E402
-from training.embeddings import DEFAULT_VECTORS, load_glove  # noqa: E402
-from training.tokenizer import pretrained_only  # noqa: E402
+from core.bundle import sha256_file
+from core.tokenization import TextEncoder
+from export.rewrite.fp16_embeddings import random_batches, static_tables
+from training.tokenizer import pretrained_only
 
 
 MIN_TUNED_COSINE = 0.9
@@ -162,20 +157,3 @@ def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.nda
     config["parity"]["vocabulary_extended"] = record
     config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return {"bundle": str(bundle), **record, "model_bytes": model_path.stat().st_size}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bundles", nargs="+", type=Path)
-    parser.add_argument("--pretrained-vocab", type=int, required=True, help="pretrained-only words wanted in all")
-    parser.add_argument("--vectors", default=DEFAULT_VECTORS)
-    parser.add_argument("--data-dir", default=None, help="dataset/GloVe cache (default: attserve data's)")
-    parser.add_argument("--tuned-rows", action="store_true", help="a bundle with one fine-tuned table and no buckets (see extend)")
-    args = parser.parse_args()
-    words, matrix = load_glove(args.data_dir, vectors=args.vectors)
-    for bundle in args.bundles:
-        print(json.dumps(extend(bundle, args.pretrained_vocab, words, matrix, args.vectors, args.tuned_rows)))
-
-
-if __name__ == "__main__":
-    main()

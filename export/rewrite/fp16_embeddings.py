@@ -1,20 +1,19 @@
 """Store an existing bundle's embedding tables in float16, in place, when its checkpoint is gone.
 
 `attserve export` does this itself for recipes with `[embeddings] export_dtype = "float16"`
-(it rounds the PyTorch tables first, so its parity check compares like with like). This script
+(it rounds the PyTorch tables first, so its parity check compares like with like). This rewrite
 is for bundles exported before that setting: it applies the same graph rewrite
 (`export.onnx_graph.store_embeddings_fp16`) to the shipped graph, measures the new graph against
 the old one on seeded random batches (the only change is the rounding of the tables), and
 records that beside the export's parity in config.json, with the new checksum and version.
 
-    python scripts/bundle_fp16_embeddings.py model_repository/snli-attconv-light ...
+    attserve bundle fp16-embeddings model_repository/snli-attconv-light ...
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,11 +22,9 @@ import onnx
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from export.onnx_graph import store_embeddings_fp16  # noqa: E402
-from export.parity import onnx_feed, random_batches as parity_batches  # noqa: E402
-from core.bundle import sha256_file  # noqa: E402
+from core.bundle import sha256_file
+from export.onnx_graph import store_embeddings_fp16
+from export.parity import onnx_feed, random_batches as parity_batches
 
 BATCH_SIZES = (1, 3, 17, 24, 64)
 MAX_DIFF = 1e-2  # rounding a table to fp16 moves its values by <= 2^-11 relative
@@ -96,10 +93,3 @@ def convert(bundle: Path) -> dict:
     return {"bundle": str(bundle), "tables": len(shapes), "max_abs_diff": max_diff,
             "argmax_mismatches": mismatches, "examples": examples,
             "bytes": model_path.stat().st_size}
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__)
-    for arg in sys.argv[1:]:
-        print(json.dumps(convert(Path(arg))))

@@ -6,7 +6,7 @@ computes with). The bundle's config.json does not record the network's sizes, so
 the recipe the bundle was trained from. Before anything is written, the rebuilt PyTorch network
 must reproduce the bundle's graph on export's random parity batches within export's tolerance.
 
-    python scripts/bundle_to_checkpoint.py model_repository/snli-attconv-advanced \\
+    attserve bundle to-checkpoint model_repository/snli-attconv-advanced \\
         recipes/snli-attconv-advanced.toml --out checkpoints/snli-attconv-advanced
 
 The checkpoint's metrics are the bundle's; it has no parity examples (export draws random
@@ -15,9 +15,7 @@ batches alone then).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +23,11 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from export.onnx_graph import FP16_SUFFIX  # noqa: E402
-from export.parity import assert_parity, check_parity  # noqa: E402
-from models import build_network  # noqa: E402
-from training.checkpoint import make_meta, save_checkpoint  # noqa: E402
-from training.recipes import Recipe, load_recipe  # noqa: E402
+from export.onnx_graph import FP16_SUFFIX
+from export.parity import assert_parity, check_parity
+from models import build_network
+from training.checkpoint import make_meta, save_checkpoint
+from training.recipes import Recipe
 
 PREFIX = "network."  # export wraps the network in models.IdsOnly as `network`
 
@@ -69,16 +65,3 @@ def convert(bundle: Path, recipe: Recipe, out: Path) -> dict:
     save_checkpoint(out, network, meta, bundle / "tokenizer.json")
     return {"checkpoint": str(out), "bundle": str(bundle), "version": config["version"],
             "parity_max_abs_diff": parity.max_abs_diff, "parity_examples": parity.examples, **sizes}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bundle", type=Path)
-    parser.add_argument("recipe", type=Path, help="the recipe the bundle was trained from (network sizes)")
-    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
-    args = parser.parse_args()
-    print(json.dumps(convert(args.bundle, load_recipe(args.recipe), args.out), indent=2))
-
-
-if __name__ == "__main__":
-    main()
