@@ -37,7 +37,7 @@ class BundleError(Exception):
 
 
 class Float16Rounding(BaseModel):
-    """Embedding tables stored as float16 after export (scripts/bundle_fp16_embeddings.py),
+    """Embedding tables stored as float16 after export (`attserve bundle fp16-embeddings`),
     measured against the float32 graph the export checked against PyTorch."""
 
     model_config = ConfigDict(extra="forbid")
@@ -50,7 +50,7 @@ class Float16Rounding(BaseModel):
 
 
 class VocabularyExtension(BaseModel):
-    """Pretrained words appended after export (scripts/bundle_extend_vocab.py). "frozen": the
+    """Pretrained words appended after export (`attserve bundle extend-vocab`). "frozen": the
     rows are the vectors training kept frozen, so the network is the one the export checked,
     with more words. "tuned": the vectors join fine-tuned rows that stayed close to them."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from core.encoding import encode_fields
 from core.tasks import TASKS
 from core.tokenization import TextTooLong, check_text
 from service.errors import InvalidInput, set_by
@@ -71,40 +72,31 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
     reads (every field) that are outside the vocabulary; one `encode_batch` per field over
     all the inputs."""
     config = runtime.config
-    fields = TASKS[config.task].fields
-    per_field: list[list] = []
-    truncated = [False] * len(inputs)
     wanted = list(explain) if explain is not None else [False] * len(inputs)
+    fields = encode_fields(runtime.encoder, TASKS[config.task], inputs, config.max_lengths, describe=wanted)
+    per_field = [f.per_input() for f in fields]
+    truncated = [False] * len(inputs)
     tokens: list[dict | None] = [{"tokens": {}, "cut_tokens": {}} if w else None for w in wanted]
     unknown, total = [0] * len(inputs), [0] * len(inputs)
-    for spec in fields:
-        field, max_length = spec.name, config.max_lengths[spec.input]
-        if spec.many:
-            lists = [getattr(x, field) for x in inputs]
-            flat = [text for texts in lists for text in texts]
-            encoded = runtime.encoder.encode(flat, max_length, [w for texts, w in zip(lists, wanted) for _ in texts])
-            groups, at = [], 0
-            for i, texts in enumerate(lists):
-                n = len(texts)
-                groups.append(encoded.ids[at : at + n])
-                truncated[i] |= any(encoded.cut[at : at + n])
-                unknown[i] += sum(encoded.unknown[at : at + n])
-                total[i] += sum(encoded.lengths[at : at + n])
+    for f in fields:
+        encoded, name = f.encoded, f.field.name
+        if f.field.many:  # one entry per text of the input
+            lengths = encoded.lengths
+            for i, (start, end) in enumerate(f.spans()):
+                truncated[i] |= any(encoded.cut[start:end])
+                unknown[i] += sum(encoded.unknown[start:end])
+                total[i] += sum(lengths[start:end])
                 if tokens[i] is not None:
-                    tokens[i]["tokens"][field] = encoded.tokens[at : at + n]
-                    tokens[i]["cut_tokens"][field] = encoded.cut[at : at + n]
-                at += n
-            per_field.append(groups)
+                    tokens[i]["tokens"][name] = encoded.tokens[start:end]
+                    tokens[i]["cut_tokens"][name] = encoded.cut[start:end]
         else:
-            encoded = runtime.encoder.encode([getattr(x, field) for x in inputs], max_length, wanted)
-            per_field.append(encoded.ids)
             for i, cut in enumerate(encoded.cut):
                 truncated[i] |= cut > 0
                 unknown[i] += encoded.unknown[i]
                 total[i] += len(encoded.ids[i])
                 if tokens[i] is not None:
-                    tokens[i]["tokens"][field] = encoded.tokens[i]
-                    tokens[i]["cut_tokens"][field] = cut
+                    tokens[i]["tokens"][name] = encoded.tokens[i]
+                    tokens[i]["cut_tokens"][name] = cut
     return [(tuple(column[i] for column in per_field), truncated[i], tokens[i], unknown_share(unknown[i], total[i]))
             for i in range(len(inputs))]
 

@@ -75,3 +75,47 @@ def test_bundle_config_rejects_inputs_that_do_not_fit_the_task(tmp_path):
         BundleConfig.model_validate(dict(good, task="verification", inputs=["claim_ids", "evidence_ids"],
                                          outputs=["logits", "evidence_scores"],
                                          max_lengths={"claim_ids": 5, "evidence_ids": 5}))
+
+
+def test_training_and_the_service_encode_through_one_function(encoder):
+    """core.encoding.encode_fields is the one examples -> ids step: training's padded arrays
+    (training.batching.encode_examples) and the service's per-input ids
+    (service.tasks.token_ids) come from it, so for the same texts they hold the same ids."""
+    from types import SimpleNamespace
+
+    from core.encoding import encode_fields, task_of_fields
+    from core.tasks import TASKS
+    from service.tasks import token_ids
+    from training.batching import encode_examples
+    from training.examples import ClaimExample, PairExample, TextExample
+
+    assert task_of_fields(["claim", "evidence", "label", "gold_evidence"]) is TASKS["verification"]
+    assert task_of_fields(["premise", "hypothesis", "label"]) is TASKS["entailment"]
+    with pytest.raises(ValueError, match="match 0 tasks"):
+        task_of_fields(["label"])
+
+    lengths = {"input_ids": 6, "premise_ids": 6, "hypothesis_ids": 4, "claim_ids": 5, "evidence_ids": 4}
+    claims = [ClaimExample("the cat sat", ("the cat sat on the mat today", "a dog", "extra"), "SUPPORTS"),
+              ClaimExample("a dog ran", ("the dog ran",), "REFUTES")]
+    fields = encode_fields(encoder, TASKS["verification"], claims, lengths, max_texts=2)
+    assert [f.field.name for f in fields] == ["claim", "evidence"]
+    assert fields[1].counts == [2, 1] and fields[1].spans() == [(0, 2), (2, 3)]
+    assert fields[1].encoded.cut[0] == 3  # 7 tokens cut to 4
+
+    def runtime_for(task: str) -> SimpleNamespace:  # what token_ids reads of a runtime
+        return SimpleNamespace(encoder=encoder, config=SimpleNamespace(task=task, max_lengths=lengths))
+
+    for task, examples in (("verification", claims),
+                           ("entailment", [PairExample("a cat sat on the mat", "a cat", "entailment"),
+                                           PairExample("dogs", "a dog ran far away today", "neutral")]),
+                           ("classification", [TextExample("the mat", "x"), TextExample("a cat sat", "y")])):
+        arrays = encode_examples(encoder, examples, lengths, max_evidence=2)
+        served = token_ids(runtime_for(task), examples if task != "verification" else
+                           [SimpleNamespace(claim=e.claim, evidence=e.evidence[:2]) for e in examples])
+        for i, (row, _, _, _) in enumerate(served):
+            for array, ids in zip(arrays, row, strict=True):
+                if array.ndim == 3:  # (B, K, L): each text's ids, then padding
+                    assert [list(array[i, k, : len(t)]) for k, t in enumerate(ids)] == ids
+                    assert not array[i, len(ids):].any()
+                else:
+                    assert list(array[i, : len(ids)]) == ids and not array[i, len(ids):].any()

@@ -1,14 +1,16 @@
-"""Examples -> padded id arrays, through the service's encoder (one encoding path for
-training, export parity and serving)."""
+"""Examples -> padded id arrays, through the service's encoding (core.encoding: one
+examples -> ids step for training, export parity and serving)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 
+from core.encoding import encode_fields, task_of_fields
 from core.tokenization import TextEncoder, pad_2d, pad_3d
-from training.examples import ClaimExample, Example, PairExample, TextExample
+from training.examples import Example
 
 
 def encode_examples(
@@ -19,24 +21,13 @@ def encode_examples(
 ) -> tuple[np.ndarray, ...]:
     """Ids arrays in the task's input order: (input_ids,), (premise_ids, hypothesis_ids) or
     (claim_ids, evidence_ids (B, K, L)). Texts are cut to `max_lengths[input]`; evidence lists
-    to `max_evidence` sentences."""
+    to `max_evidence` sentences. The encoding is the service's (core.encoding.encode_fields)."""
     first = examples[0]
-    if isinstance(first, TextExample):
-        return (pad_2d(encoder.encode([e.text for e in examples], max_lengths["input_ids"]).ids),)
-    if isinstance(first, PairExample):
-        premise = encoder.encode([e.premise for e in examples], max_lengths["premise_ids"]).ids
-        hypothesis = encoder.encode([e.hypothesis for e in examples], max_lengths["hypothesis_ids"]).ids
-        return pad_2d(premise), pad_2d(hypothesis)
-    if isinstance(first, ClaimExample):
-        claims = encoder.encode([e.claim for e in examples], max_lengths["claim_ids"]).ids
-        groups = [list(e.evidence[: max_evidence or len(e.evidence)]) for e in examples]
-        flat = encoder.encode([s for g in groups for s in g], max_lengths["evidence_ids"]).ids
-        nested, start = [], 0
-        for g in groups:
-            nested.append(flat[start : start + len(g)])
-            start += len(g)
-        return pad_2d(claims), pad_3d(nested)
-    raise TypeError(f"not an example: {type(first).__name__}")
+    if not dataclasses.is_dataclass(first):
+        raise TypeError(f"not an example: {type(first).__name__}")
+    task = task_of_fields([f.name for f in dataclasses.fields(first)])
+    fields = encode_fields(encoder, task, examples, max_lengths, max_texts=max_evidence)
+    return tuple(pad_3d(f.per_input()) if f.field.many else pad_2d(f.encoded.ids) for f in fields)
 
 
 def label_ids(examples: Sequence[Example], labels: Sequence[str]) -> np.ndarray:

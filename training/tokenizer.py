@@ -78,7 +78,7 @@ def build_tokenizer(
 def pretrained_only(tokenizer: Tokenizer, pretrained_words: Iterable[str], known: set[str]) -> Iterator[str]:
     """The pretrained words a vocabulary appends after `known` (training words, specials,
     buckets), in their given order: each once, and only those this tokenizer can produce.
-    scripts/bundle_extend_vocab.py relies on this being the one rule."""
+    `attserve bundle extend-vocab` (export.rewrite.extend_vocab) relies on this being the one rule."""
     seen = set(known)
     for word in pretrained_words:
         if word not in seen:

@@ -48,7 +48,7 @@ the gold premise:
 Known limit: a retrieved premise from another image can still support or refute a generic claim
 ("A man is outside."), so some labels are noisy, most of all NOT ENOUGH INFO without the gold
 premise: on the test split 7.7 % of distractors hold every content word of their claim (9 % of
-gold premises do). scripts/verification_shortcuts.py measures this and the shortcuts
+gold premises do). tools/verification_shortcuts.py measures this and the shortcuts
 (claim-only, shortest/longest/most-overlap sentence, length correlation).
 
 Deterministic: one `random.Random` per split, seeded from a string (seeding from a str hashes
