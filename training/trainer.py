@@ -464,46 +464,36 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     log.info("initial weights loaded", extra={"checkpoint": str(checkpoint_dir)})
 
 
-def train(
-    recipe: Recipe,
-    out_dir: str | Path,
-    progress: bool = True,
-    threads: int | None = None,
-    splits: DatasetSplits | None = None,
-    cache_dir: str | Path | None = None,
-    device: str = "cpu",
-    init_from: str | Path | None = None,
-    select_metric: Callable[[np.ndarray], float] | None = None,
-) -> TrainResult:
-    """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
-    data (tests, notebooks); `threads` defaults to every core this process may use; `device`
-    is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way).
-    `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
-    (fine-tuning on changed data); its network config must equal the recipe's.
-    `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
-    dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric); for a
-    mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
-    per-source accuracies are recorded in the history and the metrics (`by_source`)."""
-    started = time.perf_counter()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = recipe.train
-    threads = threads or available_cores()
-    torch.set_num_threads(threads)
-    target = resolve_device(device)
-    seed_everything(cfg.seed)
+@dataclass
+class PreparedData:
+    """A recipe's data ready for the loop: the tokenizer it built (or kept), every split
+    encoded, how dev is scored for model selection, the debiasing prior, the out-of-domain sets."""
 
-    if splits is None:
-        splits = load_splits(recipe, cache_dir)
-    expected = recipe.data.expected_task
-    if expected is not None and expected != splits.task:
-        raise ValueError(f"{recipe.name}: recipe expects task {expected}, the data is {splits.task}")
-    recipe.check_limits(splits.task)
+    labels: list[str]
+    train_examples: list[Example]
+    tokenizer: Tokenizer
+    tokenizer_path: Path
+    encoder: TextEncoder
+    train: EncodedExamples
+    dev: EncodedExamples
+    test: EncodedExamples
+    dev_sources: Sequence[str] | None
+    select_metric: Callable[[np.ndarray], float] | None
+    ranking: bool  # answer selection: splits report MAP/MRR
+    bias: Any  # training.debias.BiasPrior, or None
+    ood: list[tuple[Any, EncodedExamples]]  # (OodSet, its encoded examples): selection and reporting only
+
+
+def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str], np.ndarray] | None,
+                 out_dir: Path, init_from: str | Path | None,
+                 select_metric: Callable[[np.ndarray], float] | None) -> PreparedData:
+    """Tokenizer (written to `out_dir`), encoded splits, the selection metric, the statement-only
+    prior and the out-of-domain sets of `recipe` on `splits` (see `train`)."""
+    cfg = recipe.train
     labels = list(splits.labels)
     train_examples = subsample(splits.train, cfg.max_train_examples, cfg.seed)
     limits = recipe.limits
 
-    vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
     # Fine-tuning keeps the checkpoint's vocabulary (its embedding rows are indexed by it), cut to
     # the recipe's pretrained_vocab when that is smaller (a bundle size budget).
     tokenizer = _initial_tokenizer(init_from, recipe.tokenizer.pretrained_vocab) if init_from is not None else build_tokenizer(
@@ -542,6 +532,145 @@ def train(
 
         for ood_set in (found for found in ood_sets(splits.task) if found.fits(labels)):  # two labels: no 3-way sets
             ood_data.append((ood_set, EncodedExamples.encode(encoder, ood_set.examples, ood_set.labels, limits.max_lengths, limits.max_evidence)))
+
+    return PreparedData(labels, train_examples, tokenizer, tokenizer_path, encoder, train_data, dev_data, test_data,
+                        dev_sources, select_metric, ranking, bias, ood_data)
+
+
+@dataclass
+class LoopState:
+    """What the training loop carries across steps, epochs and dev evaluations."""
+
+    step: int = 0
+    epoch: int = 0
+    train_seconds: float = 0.0  # in forward/backward/step only
+    examples_seen: int = 0
+    out_of_time: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # training loss, correct and seen examples since the last dev evaluation
+    window: dict[str, float] = field(default_factory=lambda: {"loss": 0.0, "correct": 0, "seen": 0})
+
+
+def train_one_epoch(
+    network: TextClassifier,
+    data: EncodedExamples,
+    batches: Sequence[np.ndarray],
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    cfg: TrainSection,
+    state: LoopState,
+    device: torch.device,
+    step_schedule: Any = None,
+    evaluate: Callable[[], bool] | None = None,
+    bar_label: str = "",
+    progress: bool = True,
+) -> dict[str, float]:
+    """One pass over `batches`: forward, loss, backward, clipping, optimizer and schedule steps;
+    `evaluate()` every `cfg.eval_every` steps, ending the epoch when it returns True (early stop
+    or time budget). Returns the epoch's mean training loss and accuracy."""
+    network.train()
+    bar = tqdm(batches, desc=bar_label, unit="batch", disable=not progress, dynamic_ncols=True)
+    loss_sum, correct_sum, seen = 0.0, 0, 0
+    for indices in bar:
+        tick = time.perf_counter()
+        ids, batch_labels = data.batch(indices, device)
+        loss, logits = network.training_loss(ids, batch_labels, **data.targets(indices, device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+        if step_schedule is not None:
+            step_schedule.step()
+        state.train_seconds += time.perf_counter() - tick
+        state.step += 1
+        n = len(indices)
+        correct = int((logits.detach().argmax(-1) == batch_labels).sum())
+        batch_loss = float(loss.detach()) * n
+        state.examples_seen += n
+        loss_sum, correct_sum, seen = loss_sum + batch_loss, correct_sum + correct, seen + n
+        state.window["loss"] += batch_loss
+        state.window["correct"] += correct
+        state.window["seen"] += n
+        bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct_sum / seen:.3f}", refresh=False)
+        if evaluate is not None and cfg.eval_every is not None and state.step % cfg.eval_every == 0:
+            stop = evaluate()
+            network.train()
+            if stop:
+                break
+    bar.close()
+    return {"train_loss": loss_sum / max(1, seen), "train_accuracy": correct_sum / max(1, seen)}
+
+
+def validate(
+    network: TextClassifier,
+    dev_data: EncodedExamples,
+    labels: Sequence[str],
+    batch_size: int,
+    select_metric: Callable[[np.ndarray], float] | None = None,
+    dev_sources: Sequence[str] | None = None,
+    ood_data: Sequence[tuple[Any, EncodedExamples]] = (),
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], float]:
+    """Dev metrics (with per-source accuracy for a mixed dev set), the out-of-domain sets'
+    metrics, and the model-selection score: dev accuracy, or `select_metric` of the dev
+    logits, combined with the out-of-domain accuracy when there are such sets."""
+    from training.ood import selection_score
+
+    if select_metric is None:
+        dev = evaluate_encoded(network, dev_data, labels, batch_size)
+        dev_score = dev["accuracy"]
+    else:
+        dev_logits = predict_logits(network, dev_data, batch_size)
+        dev = classification_metrics(dev_data.labels, dev_logits.argmax(-1), labels)
+        dev_score = select_metric(dev_logits)
+        if dev_sources:
+            dev["by_source"] = accuracy_by_source(dev_data.labels, dev_logits.argmax(-1), dev_sources)
+    ood = {ood_set.name: ood_set.metrics(predict_logits(network, encoded, batch_size), labels)
+           for ood_set, encoded in ood_data}
+    return dev, ood, selection_score(dev_score, ood)
+
+
+def train(
+    recipe: Recipe,
+    out_dir: str | Path,
+    progress: bool = True,
+    threads: int | None = None,
+    splits: DatasetSplits | None = None,
+    cache_dir: str | Path | None = None,
+    device: str = "cpu",
+    init_from: str | Path | None = None,
+    select_metric: Callable[[np.ndarray], float] | None = None,
+) -> TrainResult:
+    """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
+    data (tests, notebooks); `threads` defaults to every core this process may use; `device`
+    is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way).
+    `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
+    (fine-tuning on changed data); its network config must equal the recipe's.
+    `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
+    dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric); for a
+    mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
+    per-source accuracies are recorded in the history and the metrics (`by_source`)."""
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = recipe.train
+    threads = threads or available_cores()
+    torch.set_num_threads(threads)
+    target = resolve_device(device)
+    seed_everything(cfg.seed)
+
+    if splits is None:
+        splits = load_splits(recipe, cache_dir)
+    expected = recipe.data.expected_task
+    if expected is not None and expected != splits.task:
+        raise ValueError(f"{recipe.name}: recipe expects task {expected}, the data is {splits.task}")
+    recipe.check_limits(splits.task)
+    vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
+    data = prepare_data(recipe, splits, vectors, out_dir, init_from, select_metric)
+    labels, tokenizer, tokenizer_path, encoder = data.labels, data.tokenizer, data.tokenizer_path, data.encoder
+    train_data, dev_data, test_data, dev_sources = data.train, data.dev, data.test, data.dev_sources
+    select_metric, ranking, bias, ood_data = data.select_metric, data.ranking, data.bias, data.ood
+    limits = recipe.limits
 
     tuned = {"tuned_vocab_size": trainable_rows(tokenizer)} if recipe.embeddings.tuned_channel else {}
     network = build_network(
@@ -591,35 +720,16 @@ def train(
     )
     stopper = EarlyStopping(cfg.patience)
     batch_rng = np.random.default_rng(cfg.seed)
-    history: list[dict[str, Any]] = []
-    step, epoch, train_seconds, examples_seen = 0, 0, 0.0, 0
-    out_of_time = False
-    window = {"loss": 0.0, "correct": 0, "seen": 0}  # training stats since the last evaluation
+    state = LoopState()
 
-    def evaluate_ood() -> dict[str, dict[str, Any]]:
-        return {
-            ood_set.name: ood_set.metrics(predict_logits(network, encoded, cfg.eval_batch_size), labels)
-            for ood_set, encoded in ood_data
-        }
-
-    def evaluate_dev() -> None:
-        nonlocal out_of_time
-        from training.ood import selection_score
-
-        if select_metric is None:
-            dev = evaluate_encoded(network, dev_data, labels, cfg.eval_batch_size)
-            dev_score = dev["accuracy"]
-        else:
-            dev_logits = predict_logits(network, dev_data, cfg.eval_batch_size)
-            dev = classification_metrics(dev_data.labels, dev_logits.argmax(-1), labels)
-            dev_score = select_metric(dev_logits)
-            if dev_sources:
-                dev["by_source"] = accuracy_by_source(dev_data.labels, dev_logits.argmax(-1), dev_sources)
-        ood = evaluate_ood()
-        score = selection_score(dev_score, ood)
+    def evaluate_dev() -> bool:
+        """A dev evaluation: recorded, kept if best, fed to the plateau schedule; True when
+        training should stop (early stopping or the time budget)."""
+        dev, ood, score = validate(network, dev_data, labels, cfg.eval_batch_size, select_metric, dev_sources, ood_data)
+        window = state.window
         record = {
-            "epoch": epoch,
-            "step": step,
+            "epoch": state.epoch,
+            "step": state.step,
             "train_loss": window["loss"] / max(1, window["seen"]),
             "train_accuracy": window["correct"] / max(1, window["seen"]),
             "dev_accuracy": dev["accuracy"],
@@ -630,61 +740,32 @@ def train(
             "lr": optimizer.param_groups[0]["lr"],
             "elapsed_s": round(time.perf_counter() - started, 2),
         }
-        record["best"] = stopper.update(score, network, epoch=epoch, step=step)
-        out_of_time = cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes
-        history.append(record)
+        record["best"] = stopper.update(score, network, epoch=state.epoch, step=state.step)
+        state.out_of_time = cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes
+        state.history.append(record)
         log.info("evaluation", extra=record)
         if plateau is not None:
             plateau.step(score)
         window.update(loss=0.0, correct=0, seen=0)
+        return stopper.should_stop or state.out_of_time
 
-    network.train()
     for epoch in range(1, cfg.epochs + 1):
+        state.epoch = epoch
         batches = bucketed_batches(train_data.costs, cfg.batch_size, cfg.bucket_batches, batch_rng)
-        bar = tqdm(batches, desc=f"{recipe.name} epoch {epoch}/{cfg.epochs}", unit="batch", disable=not progress, dynamic_ncols=True)
-        epoch_loss, epoch_correct, epoch_seen = 0.0, 0, 0
-        for indices in bar:
-            tick = time.perf_counter()
-            ids, batch_labels = train_data.batch(indices, target)
-            loss, logits = network.training_loss(ids, batch_labels, **train_data.targets(indices, target))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            optimizer.step()
-            if step_schedule is not None:
-                step_schedule.step()
-            train_seconds += time.perf_counter() - tick
-            step += 1
-            n = len(indices)
-            correct = int((logits.detach().argmax(-1) == batch_labels).sum())
-            examples_seen += n
-            epoch_loss += float(loss.detach()) * n
-            epoch_correct += correct
-            epoch_seen += n
-            window["loss"] += float(loss.detach()) * n
-            window["correct"] += correct
-            window["seen"] += n
-            bar.set_postfix(loss=f"{epoch_loss / epoch_seen:.4f}", acc=f"{epoch_correct / epoch_seen:.3f}", refresh=False)
-            if cfg.eval_every is not None and step % cfg.eval_every == 0:
-                evaluate_dev()
-                network.train()
-                if stopper.should_stop or out_of_time:
-                    break
-        bar.close()
+        epoch_stats = train_one_epoch(network, train_data, batches, optimizer, params, cfg, state, target, step_schedule,
+                                      evaluate_dev, f"{recipe.name} epoch {epoch}/{cfg.epochs}", progress)
         if cfg.eval_every is None:
             evaluate_dev()
-            network.train()
-        log.info(
-            "epoch",
-            extra={"epoch": epoch, "step": step, "train_loss": epoch_loss / max(1, epoch_seen), "train_accuracy": epoch_correct / max(1, epoch_seen)},
-        )
+        log.info("epoch", extra={"epoch": epoch, "step": state.step, **epoch_stats})
         if stopper.should_stop:
-            log.info("early stop", extra={"epoch": epoch, "step": step, "best_selection_score": stopper.best_score, **stopper.best_at})
+            log.info("early stop", extra={"epoch": epoch, "step": state.step, "best_selection_score": stopper.best_score,
+                                          **stopper.best_at})
             break
-        if out_of_time:
-            log.info("time budget spent", extra={"epoch": epoch, "step": step, "max_wall_minutes": cfg.max_wall_minutes, "best_selection_score": stopper.best_score})
+        if state.out_of_time:
+            log.info("time budget spent", extra={"epoch": epoch, "step": state.step, "max_wall_minutes": cfg.max_wall_minutes,
+                                                 "best_selection_score": stopper.best_score})
             break
+    history, step, epoch = state.history, state.step, state.epoch
     if not history or history[-1]["step"] != step:  # eval_every did not land on the last step
         evaluate_dev()
     stopped_early = step < steps_per_epoch * cfg.epochs
@@ -704,7 +785,8 @@ def train(
         return metrics
 
     dev_metrics, test_metrics = final_metrics(dev_data, "dev"), final_metrics(test_data, "test")
-    ood_metrics = evaluate_ood()
+    ood_metrics = {ood_set.name: ood_set.metrics(predict_logits(network, encoded, cfg.eval_batch_size), labels)
+                   for ood_set, encoded in ood_data}
     wall_time = time.perf_counter() - started
     result = TrainResult(
         checkpoint_dir=out_dir,
@@ -716,7 +798,7 @@ def train(
         epochs_run=epoch,
         stopped_early=stopped_early,
         wall_time_s=round(wall_time, 2),
-        train_examples_per_s=round(examples_seen / max(train_seconds, 1e-9), 1),
+        train_examples_per_s=round(state.examples_seen / max(state.train_seconds, 1e-9), 1),
         network=network,
     )
 
