@@ -13,8 +13,9 @@ import logging
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import onnx
 import onnxruntime
@@ -48,6 +49,36 @@ Step = Callable[[str], None]
 def logits_width(model_path: str | Path) -> int | str | None:
     """The graph's logits width as onnxruntime reports it (an int when static)."""
     return cpu_session(model_path).get_outputs()[0].shape[-1]
+
+
+@contextmanager
+def staged(out_dir: Path) -> Iterator[Path]:
+    """A directory to write a bundle into, published as `out_dir` when the block ends (an
+    atomic rename) and removed, with nothing published, when it raises."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # A hidden sibling (same filesystem, so the final rename is atomic), created under the
+    # umask like any directory: mkdtemp's 0700 would make the bundle unreadable to the service user.
+    staging = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:12]}.partial"
+    staging.mkdir()
+    try:
+        yield staging
+        _publish(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _write_graph(network: TextClassifier, staging: Path, tokenizer_path: str | Path,
+                 fp16_embeddings: bool) -> tuple[Path, Any]:
+    """model.onnx (embedding tables in float16 if asked), its explanation output, and the
+    tokenizer beside it; returns the graph's path and the explanation's spec (None if none)."""
+    shapes = round_embeddings_to_fp16(network) if fp16_embeddings else []
+    model_path = export_onnx(network, staging / MODEL_FILE)
+    if shapes:
+        store_embeddings_fp16(model_path, shapes)
+    explanation = expose_explanation(model_path, network)
+    shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
+    return model_path, explanation
 
 
 def write_bundle_from_network(
@@ -89,19 +120,9 @@ def write_bundle_from_network(
     examples = list(examples or [])
     metrics = dict(metrics or {})
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # A hidden sibling (same filesystem, so the final rename is atomic), created under the
-    # umask like any directory: mkdtemp's 0700 would make the bundle unreadable to the service user.
-    staging = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:12]}.partial"
-    staging.mkdir()
-    try:
+    with staged(out_dir) as staging:
         step("exporting ONNX graph")
-        shapes = round_embeddings_to_fp16(network) if fp16_embeddings else []
-        model_path = export_onnx(network, staging / MODEL_FILE)
-        if shapes:
-            store_embeddings_fp16(model_path, shapes)
-        explanation = expose_explanation(model_path, network)
-        shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
+        model_path, explanation = _write_graph(network, staging, tokenizer_path, fp16_embeddings)
 
         step("checking parity with PyTorch")
         parity = check_parity(network, model_path, max_lengths, max_evidence, examples, encoder,
@@ -144,10 +165,6 @@ def write_bundle_from_network(
 
         # The service's own checks, on the finished files, before anything is published.
         check_output_width(load_bundle(staging), logits_width(model_path))
-        _publish(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     log.info(
         "bundle written",
         extra={"bundle": str(out_dir), "bundle_name": config.name, "version": config.version, "task": task,
