@@ -117,7 +117,7 @@ class Calibration(BaseModel):
 
 
 # An absolute local path (/tmp/x/train.csv, C:\\data\\train.csv) inside a description: bundles
-# exported before descriptions carried file names only show just the file name (issue 35).
+# exported before descriptions carried file names only show just the file name.
 _LOCAL_PATH = re.compile(r"(?<![\w.:/\\])(?:/|[A-Za-z]:\\)(?:[^\s,;:()'\"/\\]+[/\\])+([^\s,;:()'\"/\\]+)")
 
 

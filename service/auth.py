@@ -1,4 +1,4 @@
-"""Who may call (issue 33), both optional and both checked before the body is read:
+"""Who may call, both optional and both checked before the body is read:
 
 - API keys: with `ATTSERVE_API_KEYS` or `ATTSERVE_API_KEYS_FILE` set, every route but the
   health checks answers 401 unless the request carries `Authorization: Bearer <one of the

@@ -1,4 +1,4 @@
-"""The service's one ASGI entry point (issue 37): request metrics for the inference endpoints and
+"""The service's one ASGI entry point: request metrics for the inference endpoints and
 the task endpoints' hot path, in the outermost middleware.
 
 Every request to an inference endpoint (the task endpoints, /v2 inference) is counted and timed

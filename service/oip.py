@@ -23,7 +23,7 @@ outputs are binary when the request sets `parameters.binary_data_output` or an o
 `parameters.binary_data`. Errors are `{"error": "..."}` (service.errors) with the task
 API's status codes; a readiness answer of false is 400, as the protocol says (4xx = false).
 
-A request is bounded before anything is built from it (issue 33): the body is parsed by
+A request is bounded before anything is built from it: the body is parsed by
 pydantic's JSON parser (nesting and number size limited), the shapes declared are checked
 against the service's limits before an element is read, every parse failure is a 400 that
 quotes the input only as a short escaped excerpt, and a content-type other than JSON or

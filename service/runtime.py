@@ -227,7 +227,7 @@ class ModelRuntime:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         # The process-wide logger too: the CUDA EP logs "Conv ... running in Fallback mode" there,
-        # not in the session's, once per node and new shape (46,052 lines over tests/test_gpu.py).
+        # not in the session's, once per node and new shape.
         ort.set_default_logger_severity(3)
         try:
             session = ort.InferenceSession(str(bundle.model_path), sess_options=options, providers=asked)

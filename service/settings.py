@@ -83,7 +83,7 @@ class _Settings(BaseSettings):
     # Server processes behind the port (service.workers); each loads every model.
     workers: int = Field(1, ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # CUDAExecutionProvider options (device cuda, or auto on a GPU; ignored on CPU), issue 36.
+    # CUDAExecutionProvider options (device cuda, or auto on a GPU; ignored on CPU).
     # TF32 off: onnxruntime's CUDA EP multiplies in TF32 by default, and then an answer depends
     # on the batch it ran in (solo vs batched 5.3e-4 on an H100; 4.8e-7 with it off, and no slower).
     cuda_use_tf32: bool = False

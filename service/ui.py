@@ -1,4 +1,4 @@
-"""The explanation page (issue 20): static files under `service/static/ui/`, served at `/ui/`.
+"""The explanation page: static files under `service/static/ui/`, served at `/ui/`.
 
 One HTML file, one script, one style sheet; no CDN, no build step. The page calls the task
 endpoints with `"explain": true` and `/v1/models` on the same origin (relative URLs, so it also

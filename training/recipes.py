@@ -59,7 +59,7 @@ DATASET_TASKS: dict[str, str] = {
     "fever": "verification",
     "fever-nli": "entailment",
 }
-# Defaults that follow other keys (issue 35: a minimal recipe gets the pretrained vectors, a
+# Defaults that follow other keys (a minimal recipe gets the pretrained vectors, a
 # pretrained vocabulary and, for AttConv, the tuned second channel; measured on 400 tweets by
 # tools/own_data_defaults_probe.py). Recipe._resolve_defaults fills them in.
 DEFAULT_PRETRAINED_VOCAB = 40_000  # [tokenizer] pretrained_vocab with glove = true
