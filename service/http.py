@@ -70,153 +70,165 @@ def _json_response(status: int, reason: str, code: str, message: str) -> bytes:
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
-def guarded_protocol(settings: Settings) -> type[HttpToolsProtocol]:
-    """The protocol class for uvicorn.Config(http=...), bound to these settings."""
-    max_connections = effective_max_connections(settings)
-    header_timeout_s = settings.header_timeout_s
-    max_header_bytes = settings.max_header_bytes
-    # connections waiting for a request (new, between requests, or reading headers), oldest
-    # first: the ones a new connection may push out when the cap is reached
-    waiting: dict["GuardedHttpToolsProtocol", None] = {}
-    write_timeout_ms = int(settings.write_timeout_s * 1000)
-    counters = {"evicted_idle": 0, "refused": 0, "header_timeouts": 0, "headers_too_large": 0}
+class ConnectionGuard:
+    """One server's limits, and its state shared by all its connections: the connections
+    waiting for a request (oldest first: the ones a new connection may push out when the cap is
+    reached) and the counters of what the guard did."""
 
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        limits = {"max_connections": max_connections, "header_timeout_s": header_timeout_s,
-                  "max_header_bytes": max_header_bytes, "write_timeout_s": settings.write_timeout_s}
-        stats = counters
+    def __init__(self, settings: Settings) -> None:
+        self.max_connections = effective_max_connections(settings)
+        self.header_timeout_s = settings.header_timeout_s
+        self.max_header_bytes = settings.max_header_bytes
+        self.write_timeout_ms = int(settings.write_timeout_s * 1000)
+        self.limits = {"max_connections": self.max_connections, "header_timeout_s": self.header_timeout_s,
+                       "max_header_bytes": self.max_header_bytes, "write_timeout_s": settings.write_timeout_s}
+        self.waiting: dict[GuardedHttpToolsProtocol, None] = {}
+        self.stats = {"evicted_idle": 0, "refused": 0, "header_timeouts": 0, "headers_too_large": 0}
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            sock = transport.get_extra_info("socket")
-            if TCP_USER_TIMEOUT is not None and sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, write_timeout_ms)
-            self._rejected = False
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the guards of the module docstring; `guard` is set per
+    server by `guarded_protocol`."""
+
+    guard: ConnectionGuard
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        guard = self.guard
+        sock = transport.get_extra_info("socket")
+        if TCP_USER_TIMEOUT is not None and sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, guard.write_timeout_ms)
+        self._rejected = False
+        self._header_timer = None
+        self._arrival: float | None = None
+        if len(self.connections) > guard.max_connections and not self._make_room():
+            guard.stats["refused"] += 1
+            self._reject(503, "Service Unavailable", "too_many_connections",
+                         f"the server has {guard.max_connections} connections open {set_by('max_connections')}; "
+                         "retry later")
+            return
+        self._await_request()
+
+    def _make_room(self) -> bool:
+        for victim in self.guard.waiting:
+            if victim is not self:
+                self.guard.stats["evicted_idle"] += 1
+                victim._close_waiting()
+                return True
+        return False
+
+    def _close_waiting(self) -> None:
+        self.guard.waiting.pop(self, None)
+        self._cancel_header_timer()
+        self._rejected = True
+        self.transport.close()
+
+    def _await_request(self, timed: bool = True) -> None:
+        """The connection waits for a request: timed from now (a new connection), or
+        untimed between requests, where uvicorn's keep-alive timeout runs until the next
+        request's first byte starts the header timer."""
+        self.guard.waiting[self] = None
+        self._header_bytes = 0
+        self._cancel_header_timer()
+        if timed:
+            self._header_timer = self.loop.call_later(self.guard.header_timeout_s, self._header_timeout)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
             self._header_timer = None
-            self._arrival: float | None = None
-            if len(self.connections) > max_connections and not self._make_room():
-                counters["refused"] += 1
-                self._reject(503, "Service Unavailable", "too_many_connections",
-                             f"the server has {max_connections} connections open {set_by('max_connections')}; "
-                             "retry later")
-                return
-            self._await_request()
 
-        def _make_room(self) -> bool:
-            for victim in waiting:
-                if victim is not self:
-                    counters["evicted_idle"] += 1
-                    victim._close_waiting()
-                    return True
-            return False
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._rejected or self.transport.is_closing():
+            return
+        self.guard.stats["header_timeouts"] += 1
+        self._reject(408, "Request Timeout", "request_timeout",
+                     f"request headers not received within {self.guard.header_timeout_s:g} s {set_by('header_timeout_s')}")
 
-        def _close_waiting(self) -> None:
-            waiting.pop(self, None)
-            self._cancel_header_timer()
-            self._rejected = True
+    def _reject(self, status: int, reason: str, code: str, message: str) -> None:
+        self._rejected = True
+        self.guard.waiting.pop(self, None)
+        self._cancel_header_timer()
+        if not self.transport.is_closing():
+            self.transport.write(_json_response(status, reason, code, message))
             self.transport.close()
 
-        def _await_request(self, timed: bool = True) -> None:
-            """The connection waits for a request: timed from now (a new connection), or
-            untimed between requests, where uvicorn's keep-alive timeout runs until the next
-            request's first byte starts the header timer."""
-            waiting[self] = None
-            self._header_bytes = 0
-            self._cancel_header_timer()
-            if timed:
-                self._header_timer = self.loop.call_later(header_timeout_s, self._header_timeout)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.waiting.pop(self, None)
+        self._cancel_header_timer()
+        super().connection_lost(exc)
 
-        def _cancel_header_timer(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        waiting = self in self.guard.waiting
+        if waiting:
+            self._header_bytes += len(data)
+        # uvicorn's data_received, except that a parser error we caused ourselves (a
+        # _Rejected raised from a callback, which httptools wraps) is not logged as the
+        # client's invalid request
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError:
+            if not self._rejected:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        if self._rejected:
+            return
+        if self in self.guard.waiting and self._header_bytes > self.guard.max_header_bytes:
+            self._too_large()
 
-        def _header_timeout(self) -> None:
-            self._header_timer = None
-            if self._rejected or self.transport.is_closing():
-                return
-            counters["header_timeouts"] += 1
-            self._reject(408, "Request Timeout", "request_timeout",
-                         f"request headers not received within {header_timeout_s:g} s {set_by('header_timeout_s')}")
+    def _too_large(self) -> None:
+        self.guard.stats["headers_too_large"] += 1
+        self._reject(431, "Request Header Fields Too Large", "headers_too_large",
+                     f"request line and headers over {self.guard.max_header_bytes} bytes {set_by('max_header_bytes')}")
 
-        def _reject(self, status: int, reason: str, code: str, message: str) -> None:
-            self._rejected = True
-            waiting.pop(self, None)
-            self._cancel_header_timer()
-            if not self.transport.is_closing():
-                self.transport.write(_json_response(status, reason, code, message))
-                self.transport.close()
+    def send_400_response(self, msg: str) -> None:
+        if self._rejected:  # our own _Rejected, surfacing as a parser error
+            return
+        self._reject(400, "Bad Request", "bad_request", "invalid HTTP request")
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            waiting.pop(self, None)
-            self._cancel_header_timer()
-            super().connection_lost(exc)
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arrival = self.loop.time()
+        if self not in self.guard.waiting:  # pipelined right behind the previous request
+            self._await_request()
+        elif self._header_timer is None:  # first byte after a keep-alive pause
+            self._header_timer = self.loop.call_later(self.guard.header_timeout_s, self._header_timeout)
 
-        def data_received(self, data: bytes) -> None:
-            if self._rejected:
-                return
-            if self in waiting:
-                self._header_bytes += len(data)
-            # uvicorn's data_received, except that a parser error we caused ourselves (a
-            # _Rejected raised from a callback, which httptools wraps) is not logged as the
-            # client's invalid request
-            self._unset_keepalive_if_required()
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserUpgrade:
-                if self._should_upgrade():
-                    self.handle_websocket_upgrade()
-                else:
-                    self._unsupported_upgrade_warning()
-                return
-            except httptools.HttpParserError:
-                if not self._rejected:
-                    self.logger.warning("Invalid HTTP request received.")
-                    self.send_400_response("Invalid HTTP request received.")
-                return
-            if self._rejected:
-                return
-            if self in waiting and self._header_bytes > max_header_bytes:
-                self._too_large()
+    def on_headers_complete(self) -> None:
+        size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+        if size > self.guard.max_header_bytes:
+            self._too_large()
+            raise _Rejected
+        self.guard.waiting.pop(self, None)
+        self._cancel_header_timer()
+        self.scope["state"]["attserve_arrival"] = self._arrival
+        super().on_headers_complete()
 
-        def _too_large(self) -> None:
-            counters["headers_too_large"] += 1
-            self._reject(431, "Request Header Fields Too Large", "headers_too_large",
-                         f"request line and headers over {max_header_bytes} bytes {set_by('max_header_bytes')}")
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._rejected and not self.transport.is_closing() and not self.pipeline:
+            self._await_request(timed=False)
 
-        def send_400_response(self, msg: str) -> None:
-            if self._rejected:  # our own _Rejected, surfacing as a parser error
-                return
-            self._reject(400, "Bad Request", "bad_request", "invalid HTTP request")
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._arrival = self.loop.time()
-            if self not in waiting:  # pipelined right behind the previous request
-                self._await_request()
-            elif self._header_timer is None:  # first byte after a keep-alive pause
-                self._header_timer = self.loop.call_later(header_timeout_s, self._header_timeout)
-
-        def on_headers_complete(self) -> None:
-            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
-            if size > max_header_bytes:
-                self._too_large()
-                raise _Rejected
-            waiting.pop(self, None)
-            self._cancel_header_timer()
-            self.scope["state"]["attserve_arrival"] = self._arrival
-            super().on_headers_complete()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self._rejected and not self.transport.is_closing() and not self.pipeline:
-                self._await_request(timed=False)
-
-        def timeout_keep_alive_handler(self) -> None:
-            waiting.pop(self, None)
-            self._cancel_header_timer()
-            super().timeout_keep_alive_handler()
-
-    return GuardedHttpToolsProtocol
+    def timeout_keep_alive_handler(self) -> None:
+        self.guard.waiting.pop(self, None)
+        self._cancel_header_timer()
+        super().timeout_keep_alive_handler()
 
 
+def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for uvicorn.Config(http=...), bound to these settings: a subclass
+    with its own guard, so two servers in one process (tests) share no state."""
+    guard = ConnectionGuard(settings)
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,),
+                {"guard": guard, "limits": guard.limits, "stats": guard.stats})
