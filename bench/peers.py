@@ -111,7 +111,7 @@ ARMS = {
 }
 
 
-# --- the summary logic (tests/test_bench_peers.py) -------------------------------------------
+# --- the summary logic (tests/unit/test_bench_peers.py) -------------------------------------------
 
 
 def is_failed(run: dict) -> bool:

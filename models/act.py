@@ -34,7 +34,7 @@ Decisions the paper leaves open (there is no public code):
 - g goes through the same W^O as the local outputs (eq. 6 needs g in R^{d_w}), with no
   residual or LayerNorm (there is no per-position input to add it to).
 - ACT layers have no feed-forward sublayer: the paper describes none, and Table 5's 1.49M
-  parameters match the count without one (see tests/test_act.py for our figures).
+  parameters match the count without one (see tests/unit/test_act.py for our figures).
 - Position embeddings P are used only in the global attention (eq. 6), not added to the
   encoder input: ACT's encoder sees order only through its convolutions. Inputs longer than
   `max_length` are truncated in-graph (ids sliced to max_length at the start of forward).

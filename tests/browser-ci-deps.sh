@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs, as root on Debian 12 (bookworm), what tests/test_ui_browser.py drives the /ui page
+# Installs, as root on Debian 12 (bookworm), what tests/deploy/test_ui_browser.py drives the /ui page
 # with: Debian's `chromium` and `chromium-driver` (the driver matches the browser's version, and
 # both come from the same archive, so no download outside apt). Selenium itself is in the
 # [dev] extra. Idempotent: nothing is installed when both are already there.

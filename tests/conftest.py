@@ -1,7 +1,5 @@
-import sys
-from pathlib import Path
-
-# tests import their own helpers (model_cases, bundles) by module name
-sys.path.insert(0, str(Path(__file__).parent))
-
-from bundles import service_bundles  # noqa: E402,F401  session fixture shared by every module
+# The tests import their shared helpers (bundles, model_cases, paper_benchmarks, mutation_check)
+# and each other as `tests.<module>` / `tests.<kind>.<module>`: pyproject.toml's pytest
+# `pythonpath = ["."]` puts the repository root on sys.path, and this file applies to every
+# sub-folder (unit/, service/, process/, deploy/).
+from tests.bundles import service_bundles  # noqa: F401  session fixture shared by every module

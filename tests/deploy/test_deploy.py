@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from test_prometheus_e2e import dashboard_queries, running_service, send_traffic
+from tests.process.test_prometheus_e2e import dashboard_queries, running_service, send_traffic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILES = (REPO / "docker" / "Dockerfile", REPO / "docker" / "Dockerfile.gpu")
 PROMETHEUS_CONFIG = REPO / "docker" / "prometheus" / "prometheus.yml"

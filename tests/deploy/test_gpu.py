@@ -1,5 +1,5 @@
 """The service on a GPU (onnxruntime-gpu + a CUDA device): skipped where either is missing,
-which includes CI. Run on a GPU machine with `pytest tests/test_gpu.py`.
+which includes CI. Run on a GPU machine with `pytest tests/deploy/test_gpu.py`.
 
 On the bundled models: every session really runs on CUDAExecutionProvider (reported by
 /v1/models and the attserve_model_info metric: onnxruntime #23372 is a silent CPU fallback),
@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from bundles import metric_samples, record_feed_shapes, running_app
+from tests.bundles import metric_samples, record_feed_shapes, running_app
 from service.runtime import CUDA, batch_grid
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 

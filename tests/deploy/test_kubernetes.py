@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bundles import running_app
-from test_deploy import exported_series_names, selected_metric_names
+from tests.bundles import running_app
+from tests.deploy.test_deploy import exported_series_names, selected_metric_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
 TOOLS = K8S / ".tools"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").exists())

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from bench import reliability  # noqa: E402  ServiceProcess
 
 UI_DIR = REPO / "service" / "static" / "ui"

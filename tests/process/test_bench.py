@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None,
                                reason="wrk is not installed (CI installs it with bench/ci-deps.sh)")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bundles import copy_repository, running_app
+from tests.bundles import copy_repository, running_app
 from training.calibration import expected_calibration_error, fit_temperature, nll
 from training.examples import ClaimExample, DatasetSplits, PairExample
 from training.ood import OOD_DIR_ENV, ood_sets, selection_score
@@ -201,7 +201,7 @@ def _pairs(n: int, seed: int, words: list[str]) -> list[PairExample]:
 
 
 def test_card_on_a_bundle_writes_config_the_service_loads(service_bundles, tmp_path):
-    from bundles import CORPUS
+    from tests.bundles import CORPUS
     from core.bundle import load_bundle
     from training.card import build_card, write_card
 
@@ -391,7 +391,7 @@ def test_card_errors_are_one_line_and_a_non_zero_exit(service_bundles, tmp_path,
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
     before = (bundle / "config.json").read_text()
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "ATTSERVE_BENCHMARK_DIR": str(tmp_path / "empty")}
     done = subprocess.run([sys.executable, "-m", "cli.main", "card", str(bundle), "--no-progress", *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAINING = ("train", "evaluate", "baseline", "card", "export", "reproduce", "bench", "data", "bundle")
 BUNDLE_COMMANDS = ("extend-vocab", "fp16-embeddings", "to-checkpoint", "explanations")
 

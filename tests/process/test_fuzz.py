@@ -18,9 +18,9 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis import checks
 
-from bundles import running_app
+from tests.bundles import running_app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from bench.reliability import ServiceProcess  # noqa: E402
 
 # Examples per operation: enough to reach every branch of the schemas (single/batch forms,

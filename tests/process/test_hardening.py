@@ -23,11 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bundles import copy_repository, metric_samples, running_app
+from tests.bundles import copy_repository, metric_samples, running_app
 from service.app import create_app
 from service.settings import Settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from bench import reliability  # noqa: E402
 
 # without the fixes several of these would wait forever (a stalled body, an idle connection)

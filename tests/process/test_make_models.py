@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 FAKE_CLI = """#!/usr/bin/env bash
 # records each call; `export` writes a config.json as the real one would (name near the top)

@@ -17,7 +17,7 @@ from bench.reliability import ServiceProcess  # noqa: E402
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
 ENTAILMENT = [("A man is playing a guitar on stage.", "A man is performing music."),
               ("Two dogs run through a field.", "The animals are asleep."),
@@ -203,7 +203,7 @@ def test_the_readme_snippet_runs_and_prints_what_its_comment_says(server):
     and the scores it prints are the ones its `# ...` comment shows, to the comment's decimals."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     snippet = re.search(r"```python\n(.*?tritonclient\.http as .*?)```", readme, re.S)
     assert snippet, "the README lost its tritonclient snippet"
     code = snippet.group(1)

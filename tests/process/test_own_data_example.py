@@ -13,11 +13,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from bundles import running_app
+from tests.bundles import running_app
 from cli.main import app
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own-data"
 
 

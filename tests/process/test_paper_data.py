@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 import training.datasets as datasets
-from paper_benchmarks import write_benchmarks, write_msrp, write_sick, write_wikiqa
+from tests.paper_benchmarks import write_benchmarks, write_msrp, write_sick, write_wikiqa
 from training.datasets import BenchmarkDataMissing, answerable_questions, load_benchmark, load_dataset, split_msrp_train
 from training.examples import PairExample
 from training.readers import FormatError, iter_wikiqa_records, read_file, read_msrp, read_wikiqa_tsv
 from training.recipes import DATASET_TASKS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MSRP_HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
 WIKIQA_HEADER = "QuestionID\tQuestion\tDocumentID\tDocumentTitle\tSentenceID\tSentence\tLabel"
 

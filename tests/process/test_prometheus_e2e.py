@@ -3,7 +3,7 @@ free loopback port, scraped by the `prometheus` binary running docker/prometheus
 with only its target swapped for that port. Traffic goes to every endpoint; the assertions
 read Prometheus's query API. docker/ci-deps.sh installs Prometheus (Debian's package); without
 it the Prometheus test skips. `running_service` and `send_traffic` are also used by
-tests/test_deploy.py."""
+tests/deploy/test_deploy.py."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from bench.servers import free_port
 import yaml
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_CONFIG = REPO / "docker" / "prometheus" / "prometheus.yml"
 DASHBOARD = REPO / "docker" / "grafana" / "dashboards" / "attserve.json"
 JOB = "attserve"

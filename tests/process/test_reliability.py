@@ -4,7 +4,7 @@ R1 isolation, R2 overload and R4 graceful shutdown run the scenario functions of
 bench/reliability.py (the long runs use the same code at full size) against `python -m
 service` under uvicorn. R5 bundle integrity: broken bundles are refused at start with a log line
 naming the file, /health/ready stays 503 when nothing loads, and nothing in the code base or the
-load path unpickles. (R3 fuzzing is tests/test_fuzz.py; R6 soak only runs as a script.)
+load path unpickles. (R3 fuzzing is tests/process/test_fuzz.py; R6 soak only runs as a script.)
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bundles import copy_repository
+from tests.bundles import copy_repository
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from bench import reliability  # noqa: E402  the scenarios, also run at full size (python -m bench.reliability)
 
 

@@ -19,7 +19,7 @@ import pytest
 from bench.reliability import ServiceProcess
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = {"torch", "models", "training", "export"}
 
 
@@ -81,7 +81,7 @@ def test_cuda_without_gpu_fails_at_start(tmp_path):
 def test_throughput_http_vs_session(service_bundles, tmp_path):
     """500 /classify requests at concurrency 32 over HTTP (uvicorn) against the same inputs
     run straight through one onnxruntime session in batches of 32; prints both and the ratio.
-    Run: python -m pytest tests/test_service_process.py -m slow -s"""
+    Run: python -m pytest tests/process/test_service_process.py -m slow -s"""
     import numpy as np
 
     from service.runtime import ModelRuntime, requested_providers
@@ -128,7 +128,7 @@ def test_throughput_http_vs_session(service_bundles, tmp_path):
     # delay the mean batch was 1.7 with this one-process Python client on a loaded 2-core
     # machine (more where the client is faster); a batcher that runs each request alone (e.g.
     # max_batch_size ignored, or every batch closed at once) gives exactly 1.0
-    from bundles import metric_samples
+    from tests.bundles import metric_samples
 
     items = metric_samples(metrics, "attserve_batch_size_sum")[(("model", "topic"),)]
     batches = metric_samples(metrics, "attserve_batch_size_count")[(("model", "topic"),)]

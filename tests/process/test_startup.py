@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from bundles import copy_repository, running_app
+from tests.bundles import copy_repository, running_app
 from service.app import create_app
 from service.registry import StartupError
 from service.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _discover(**settings):

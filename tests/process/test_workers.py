@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from bench.reliability import ServiceProcess  # noqa: E402
 
 REQUESTS = 48

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bundles import running_app
+from tests.bundles import running_app
 from service.settings import Settings
 
-REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
 CASES = [
     # model, text, the bounds its unknown_token_share must fall in

@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from bundles import CORPUS, record_feed_shapes, running_app
+from tests.bundles import CORPUS, record_feed_shapes, running_app
 from service import runtime as runtime_module
 from service.runtime import CPU, CUDA, DeviceUnavailable, ModelRuntime, batch_grid, requested_providers
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
@@ -78,7 +78,7 @@ def test_cuda_options_reach_onnxruntime_and_a_cpu_fallback_is_refused(service_bu
 
 def test_loading_quiets_onnxruntime_process_logger(service_bundles, monkeypatch):
     """The CUDA EP writes its "Conv ... running in Fallback mode" warnings to onnxruntime's
-    process-wide logger, not the session's: 46,052 lines over tests/test_gpu.py on an H200."""
+    process-wide logger, not the session's: 46,052 lines over tests/deploy/test_gpu.py on an H200."""
     severities: list[int] = []
     monkeypatch.setattr(runtime_module.ort, "set_default_logger_severity", severities.append)
     ModelRuntime.load(service_bundles / "nli", [CPU], 1)

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from bundles import running_app
+from tests.bundles import running_app
 from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, QueueFull, TooManyEvidence, TooManyInputs
 from service.metrics import Metrics
 from service.runtime import CPU, ModelRuntime
 from service.settings import Settings
-from test_engine_batching import _verify_inputs
+from tests.service.test_engine_batching import _verify_inputs
 
 
 def _engine(bundle, **settings):

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from bundles import CORPUS, metric_samples, running_app
+from tests.bundles import CORPUS, metric_samples, running_app
 from service.settings import Settings
 
 WORDS = sorted({w for line in CORPUS for w in line.split()})

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bundles import running_app
+from tests.bundles import running_app
 from service.settings import Settings
 
 PYDANTIC_WORDING = ("Value error", "JSON decode error", "Input should be", "Extra inputs are not permitted",

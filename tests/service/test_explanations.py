@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from bundles import CORPUS, running_app
-from model_cases import CASES, build, case_id
-from test_networks import stack_padded, varied_example
+from tests.bundles import CORPUS, running_app
+from tests.model_cases import CASES, build, case_id
+from tests.unit.test_networks import stack_padded, varied_example
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -116,7 +116,7 @@ FAMILIES = {
 @pytest.fixture(scope="module")
 def family_repository(tmp_path_factory) -> Path:
     from export.bundle import write_bundle_from_network
-    from model_cases import SMALL, family
+    from tests.model_cases import SMALL, family
     from models import build_network
     from training.tokenizer import build_tokenizer, save_tokenizer
 

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 from fastapi.routing import APIRoute
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bundles import running_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from service.settings import Settings
+from tests.bundles import running_app
 
 JSON = {"content-type": "application/json"}
 

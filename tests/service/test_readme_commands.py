@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from service.settings import Settings
+from tests.bundles import running_app
 
-from bundles import running_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 README = ROOT / "README.md"
 

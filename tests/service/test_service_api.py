@@ -12,7 +12,7 @@ import math
 import httpx
 import pytest
 
-from bundles import SPECS, metric_samples, running_app
+from tests.bundles import SPECS, metric_samples, running_app
 from service.app import create_app
 from service.runtime import DeviceUnavailable
 from service.settings import Settings

@@ -11,7 +11,7 @@ import random
 import httpx
 import pytest
 
-from bundles import CORPUS, copy_repository, metric_samples, running_app
+from tests.bundles import CORPUS, copy_repository, metric_samples, running_app
 from service.app import create_app
 from service.settings import Settings
 

@@ -5,23 +5,21 @@ decided which verification model ships (an unrelated sentence beside a supportin
 one changes nothing; two unrelated ones settle nothing; the order does not matter).
 
 The README is the source of the expected answers: change a bundle and this test names the
-README lines to update. `python tests/test_shipped_models.py` prints the current answers."""
+README lines to update. `python -m tests.service.test_shipped_models` prints the current answers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service.settings import Settings
+from tests.bundles import running_app
 
-from bundles import running_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 REPOSITORY = ROOT / "model_repository"
 README = ROOT / "README.md"

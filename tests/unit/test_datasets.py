@@ -36,7 +36,7 @@ from training.datasets import (
 from training.examples import DatasetSplits, PairExample, TextExample
 from training.verification import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, CaptionedPair, build_claims
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LABELS = ("entailment", "neutral", "contradiction")
 
 
@@ -159,7 +159,7 @@ def test_verification_ignores_python_hash_seed() -> None:
     digests = set()
     for hash_seed in ("1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        done = subprocess.run([sys.executable, "-c", script, str(REPO), str(REPO / "tests")], env=env, capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", script, str(REPO), str(REPO / "tests" / "unit")], env=env, capture_output=True, text=True, check=True)
         digests.add(done.stdout.strip())
     assert len(digests) == 1
 
@@ -232,7 +232,7 @@ def test_read_bbc_folders(tmp_path: Path) -> None:
 
 
 def test_load_from_files_sick_full_release(tmp_path: Path) -> None:
-    from test_readers import write_sick_full
+    from tests.unit.test_readers import write_sick_full
 
     path = write_sick_full(tmp_path / "SICK.txt")
     labels = ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]

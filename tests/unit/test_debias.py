@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from models.layers import cross_entropy  # noqa: E402
-from test_trainer import KEYWORDS, NOISE, make_recipe, make_splits  # noqa: E402
-from training.debias import statement_only_prior  # noqa: E402
-from training.examples import ClaimExample, PairExample  # noqa: E402
-from training.trainer import METRICS_FILE, train  # noqa: E402
+from models.layers import cross_entropy
+from tests.unit.test_trainer import KEYWORDS, NOISE, make_recipe, make_splits
+from training.debias import statement_only_prior
+from training.examples import ClaimExample, PairExample
+from training.trainer import METRICS_FILE, train
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -425,4 +425,4 @@ def test_cli_export_prints_parity_and_writes_a_loadable_bundle(checkpoints, tmp_
 
 def test_commands_module_does_not_import_torch():
     code = "import sys, export.commands; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

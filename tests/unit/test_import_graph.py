@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def module_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
@@ -121,7 +121,7 @@ def test_no_test_reaches_into_tools_through_sys_path():
     """tools/ holds probes run by hand; the harnesses the tests share are importable modules
     (bench.reliability, bench.servers, tests/ helpers), not files put on sys.path."""
     offenders = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.path.insert", "sys.path.append") \
                     and any(name in ast.unparse(node) for name in ("tools", "scripts")):

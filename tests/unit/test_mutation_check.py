@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mutation_check import MUTATIONS  # tests/mutation_check.py (conftest puts tests/ on sys.path)
+from tests.mutation_check import MUTATIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])

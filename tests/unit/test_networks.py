@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_cases import CASES, build, case_id
+from tests.model_cases import CASES, build, case_id
 from models.base import TASKS
 
 VOCAB = 60

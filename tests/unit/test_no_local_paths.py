@@ -10,7 +10,7 @@ import pytest
 
 from core.bundle import BundleConfig, strip_local_paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("text, expected", [

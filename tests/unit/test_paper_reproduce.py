@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import training.datasets as datasets
 import training.embeddings
-from paper_benchmarks import write_benchmarks
+from tests.paper_benchmarks import write_benchmarks
 from training.recipes import load_recipe
 from training.reproduce import (
     EXTRA_MODELS,

@@ -3,7 +3,7 @@ is in .venv/bin, not on PATH), and it states train's --force rule beside export'
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _own_data_section() -> str:
@@ -32,7 +32,7 @@ def test_train_force_rule_is_documented():
 
 def test_the_readme_minimal_recipe_is_the_schema_one():
     """The README's minimal recipe block is training.recipes.MINIMAL_RECIPE character for
-    character (whose defaults tests/test_recipes.py checks), so the two cannot drift apart."""
+    character (whose defaults tests/unit/test_recipes.py checks), so the two cannot drift apart."""
     from training.recipes import MINIMAL_RECIPE
 
     section = _own_data_section()

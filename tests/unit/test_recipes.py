@@ -15,7 +15,7 @@ from models import TASKS, architectures, build_network
 from training.recipes import DATASET_TASKS, Recipe, load_recipe, recipe_files
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECIPES = recipe_files(REPO / "recipes")
 DEFAULT_MODELS = {
     "snli-attconv-advanced",  # not shipped: nli-attconv-advanced starts from its checkpoint

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import models.base
-from model_cases import SMALL
+from tests.model_cases import SMALL
 from models import TASKS, NetworkConfig, TextClassifier, architectures
 from models.layers import masked_mean, masked_softmax
 from core.tokenization import TextEncoder
@@ -38,7 +38,7 @@ from training.trainer import (
 )
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def _train_on_fake_glove(out, monkeypatch, pretrained_vocab: int, epochs: int):
     """A classifier trained on test_trainer's tiny data with WORDS as the pretrained vectors
     (frozen rows, 16 buckets, no training word): (splits, vectors)."""
     import training.embeddings
-    from tests.test_trainer import make_recipe, make_splits
+    from tests.unit.test_trainer import make_recipe, make_splits
     from training.trainer import train
 
     splits = make_splits("classification")
@@ -170,7 +170,7 @@ def test_cut_pretrained_words_keeps_every_kept_word_and_sends_the_rest_to_bucket
 
 
 def test_freezing_needs_vectors_and_no_weight_decay():
-    from tests.test_trainer import make_recipe
+    from tests.unit.test_trainer import make_recipe
     from training.recipes import Recipe
 
     payload = make_recipe("classification").model_dump()
@@ -219,7 +219,7 @@ def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
 def test_bundle_export_honours_the_recipe_export_dtype(tmp_path):
     from export.bundle import write_bundle
     from training.checkpoint import load_checkpoint
-    from tests.test_export import train_checkpoint
+    from tests.unit.test_export import train_checkpoint
 
     checkpoint = train_checkpoint("entailment", tmp_path / "c")
     config = json.loads((checkpoint / "config.json").read_text())
@@ -240,7 +240,7 @@ def _train_two_channel(directory, monkeypatch, unseen: list[str], pretrained_voc
     five of the data's words then `unseen` (words the data never has), random 8-d vectors.
     Returns (the data's words, the vector words, their vectors, the recipe)."""
     import training.embeddings
-    from tests.test_trainer import make_splits
+    from tests.unit.test_trainer import make_splits
     from training.recipes import Recipe
     from training.trainer import train
 
@@ -345,7 +345,7 @@ def test_a_checkpoint_starts_training_with_fewer_pretrained_words(tmp_path, monk
     cut to its first pretrained-only words (every kept word keeps its id, the rest hash into the
     buckets) and its tables to those rows; with no training (lr ~ 0) the network answers what the
     checkpoint answers on the kept words."""
-    from tests.test_trainer import make_splits
+    from tests.unit.test_trainer import make_splits
     from training.checkpoint import load_checkpoint
     from training.tokenizer import cut_pretrained, pretrained_count
     from training.trainer import train
@@ -382,7 +382,7 @@ def test_a_bundle_turns_back_into_the_checkpoint_it_was_exported_from(tmp_path, 
     the bundle answers, and a recipe with other sizes is refused."""
     from export.bundle import write_bundle
     from export.rewrite.to_checkpoint import convert
-    from tests.test_trainer import encoded_inputs, make_splits
+    from tests.unit.test_trainer import encoded_inputs, make_splits
     from training.checkpoint import load_checkpoint
 
     _, _, _, recipe = _train_two_channel(tmp_path / "ckpt", monkeypatch, ["zebra", "quartz"], pretrained_vocab=7, epochs=1)
@@ -419,7 +419,7 @@ def test_a_tuned_table_gains_words_only_when_its_rows_stayed_near_the_vectors(tm
     from export.bundle import write_bundle
     from export.rewrite.extend_vocab import extend
     from export.rewrite.fp16_embeddings import random_batches, static_tables
-    from tests.test_export import train_checkpoint
+    from tests.unit.test_export import train_checkpoint
 
     bundle = write_bundle(train_checkpoint("entailment", tmp_path / "c"), tmp_path / "bundle")
     vocab = TextEncoder.from_file(bundle / "tokenizer.json").tokenizer.get_vocab()

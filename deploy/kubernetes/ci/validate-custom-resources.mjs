@@ -1,7 +1,7 @@
 // Validates custom resources against the JSON schemas of their CRDs (the validators that
 // kubernetes-models generates from the upstream CRDs). Reads a JSON array of objects on stdin,
 // prints one line per object ("ok KIND/NAME" or "error KIND/NAME: ...") and exits 1 if any
-// failed, 2 for a kind it has no schema for. Used by tests/test_kubernetes.py.
+// failed, 2 for a kind it has no schema for. Used by tests/deploy/test_kubernetes.py.
 import { readFileSync } from "node:fs";
 import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
 
