@@ -11,6 +11,7 @@ turns it into runtime items with their truncation, unknown-token share and expla
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 from core.tasks import TASKS, Task, TextField
@@ -26,8 +27,8 @@ class FieldEncoding:
     encoded: Encoded
     counts: list[int] | None = None
 
-    def spans(self) -> list[tuple[int, int]]:
-        """(start, end) of each input's texts in `encoded` (one text each for a plain field)."""
+    @cached_property
+    def _spans(self) -> list[tuple[int, int]]:
         if self.counts is None:
             return [(i, i + 1) for i in range(len(self.encoded.ids))]
         out, at = [], 0
@@ -35,6 +36,11 @@ class FieldEncoding:
             out.append((at, at + n))
             at += n
         return out
+
+    def spans(self) -> list[tuple[int, int]]:
+        """(start, end) of each input's texts in `encoded` (one text each for a plain field);
+        computed once, as the service reads them twice (ids, then truncation and counts)."""
+        return self._spans
 
     def per_input(self) -> list:
         """Each input's ids: a list of ids, or (a list field) a list of id lists."""

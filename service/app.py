@@ -106,5 +106,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                              "metrics_require_key": settings.metrics_require_key})
     if settings.allowed_hosts:
         app.add_middleware(HostAllowListMiddleware, settings=settings)
-    app.add_middleware(ServiceEntry, service=service, metrics=service.metrics, settings=settings)
+    app.add_middleware(ServiceEntry, service=service)
     return app

@@ -31,10 +31,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.tasks import TASKS
 from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.errors import ServiceError, error_response, service_error_response, set_by
-from service.metrics import Metrics
 from service.registry import Service
 from service.routes import TASK_BODIES, answer
-from service.settings import Settings
 
 JSON = b"application/json"
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
@@ -192,8 +190,9 @@ class ServiceEntry:
     """The outermost middleware: metrics for the inference endpoints, the task endpoints' hot
     path, and the full stack (`app`) for everything else."""
 
-    def __init__(self, app: ASGIApp, service: Service, metrics: Metrics, settings: Settings) -> None:
-        self.app, self.service, self.metrics = app, service, metrics
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app, self.service, self.metrics = app, service, service.metrics
+        settings = service.settings
         self.body = BodyReader(settings.max_body_bytes, service)
         self.tasks = {path: _Task(label, body_type) for path, (label, body_type) in TASK_BODIES.items()}
         self.hosts = HostAllowListMiddleware(app, settings) if settings.allowed_hosts else None

@@ -625,9 +625,15 @@ def validate(
         dev_score = select_metric(dev_logits)
         if dev_sources:
             dev["by_source"] = accuracy_by_source(dev_data.labels, dev_logits.argmax(-1), dev_sources)
-    ood = {ood_set.name: ood_set.metrics(predict_logits(network, encoded, batch_size), labels)
-           for ood_set, encoded in ood_data}
+    ood = evaluate_ood(network, ood_data, labels, batch_size)
     return dev, ood, selection_score(dev_score, ood)
+
+
+def evaluate_ood(network: TextClassifier, ood_data: Sequence[tuple[Any, EncodedExamples]], labels: Sequence[str],
+                 batch_size: int) -> dict[str, dict[str, Any]]:
+    """Each out-of-domain set's metrics (training.ood.OodSet.metrics), by set name."""
+    return {ood_set.name: ood_set.metrics(predict_logits(network, encoded, batch_size), labels)
+            for ood_set, encoded in ood_data}
 
 
 def train(
@@ -785,8 +791,7 @@ def train(
         return metrics
 
     dev_metrics, test_metrics = final_metrics(dev_data, "dev"), final_metrics(test_data, "test")
-    ood_metrics = {ood_set.name: ood_set.metrics(predict_logits(network, encoded, cfg.eval_batch_size), labels)
-                   for ood_set, encoded in ood_data}
+    ood_metrics = evaluate_ood(network, ood_data, labels, cfg.eval_batch_size)
     wall_time = time.perf_counter() - started
     result = TrainResult(
         checkpoint_dir=out_dir,
