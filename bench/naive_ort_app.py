@@ -84,7 +84,9 @@ def freeze_gc() -> None:
 def create_app():
     from fastapi import FastAPI
 
-    from service.schemas import ClassifyBody, EntailmentBody
+    from service.schemas import TASK_SCHEMAS
+
+    ClassifyBody, EntailmentBody = TASK_SCHEMAS["classification"].body, TASK_SCHEMAS["entailment"].body
 
     model = OnnxBundleModel.from_env()
 

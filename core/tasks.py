@@ -30,6 +30,7 @@ class TextField:
     many: bool = False
     # a list field: what a client over the model's max_evidence can do instead (the 422's advice)
     too_many: str = ""
+    description: str = ""  # the request field's description in the API schema ("": none)
 
     @property
     def rank(self) -> int:
@@ -47,6 +48,7 @@ class Task:
     fields: tuple[TextField, ...]
     per_text: str | None = None  # the output with one score per text of the list field, if any
     labelled: bool = True  # the graph's first output is logits (B, C) over the bundle's labels
+    per_text_description: str = ""  # the answer field of the per-text output, in the API schema
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -105,8 +107,9 @@ TASKS: dict[str, Task] = _registry(
          "Verify a claim against evidence sentences; `evidence_scores` weighs each one.",
          (TextField("claim", "claim_ids"),
           TextField("evidence", "evidence_ids", many=True,
-                    too_many="send the most relevant sentences or split the claim's evidence over several inputs")),
-         per_text="evidence_scores"),
+                    too_many="send the most relevant sentences or split the claim's evidence over several inputs",
+                    description="evidence sentences; at most the model's max_evidence")),
+         per_text="evidence_scores", per_text_description="weight of each evidence sentence, in input order"),
     Task("rerank", "/rerank", "rerank",
          "Rank texts by their relevance to a query (TEI's /rerank): one score per text, best first.",
          (TextField("query", "query_ids"),

@@ -2,7 +2,9 @@
 
 Each inference endpoint takes a single input (`{"premise", "hypothesis", "model"?}`) or a
 batch (`{"inputs": [...], "model"?}`). The form is picked by the presence of `inputs`, so a
-validation error speaks only about the form the client meant.
+validation error speaks only about the form the client meant. A labelled task's schemas are
+made from its entry in the task registry (core.tasks, `labelled_schemas`); a task that follows
+an outside API (rerank: TEI's) has them written here (`EXTERNAL_CONTRACTS`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, create_model,
+                      model_validator)
 
+from core.tasks import TASKS, Task
 from service.errors import InvalidInput, close_field
 
 
@@ -71,79 +75,10 @@ class _Body(BaseModel):
         return out
 
 
-# --- inputs ---------------------------------------------------------------------------------
-
-class ClassifyInput(_Body):
-    endpoint_fields = ("text", "inputs", "model", "explain")
-    text: Text
-
-
-class EntailmentInput(_Body):
-    endpoint_fields = ("premise", "hypothesis", "inputs", "model", "explain")
-    premise: Text
-    hypothesis: Text
-
-
-class VerifyInput(_Body):
-    endpoint_fields = ("claim", "evidence", "inputs", "model", "explain")
-    claim: Text
-    evidence: list[Text] = Field(min_length=1, description="evidence sentences; at most the model's max_evidence")
-
-
-class ClassifyRequest(ClassifyInput):
-    model: ModelName = None
-    explain: Explain = False
-
-
-class EntailmentRequest(EntailmentInput):
-    model: ModelName = None
-    explain: Explain = False
-
-
-class VerifyRequest(VerifyInput):
-    model: ModelName = None
-    explain: Explain = False
-
-
-class ClassifyBatchRequest(_Body):
-    endpoint_fields = ClassifyInput.endpoint_fields
-    inputs: list[ClassifyInput] = Field(min_length=1)
-    model: ModelName = None
-    explain: Explain = False
-
-
-class EntailmentBatchRequest(_Body):
-    endpoint_fields = EntailmentInput.endpoint_fields
-    inputs: list[EntailmentInput] = Field(min_length=1)
-    model: ModelName = None
-    explain: Explain = False
-
-
-class VerifyBatchRequest(_Body):
-    endpoint_fields = VerifyInput.endpoint_fields
-    inputs: list[VerifyInput] = Field(min_length=1)
-    model: ModelName = None
-    explain: Explain = False
-
-
 def _form(value: Any) -> str:
     if isinstance(value, dict):
         return "batch" if "inputs" in value else "single"
     return "batch" if hasattr(value, "inputs") else "single"
-
-
-ClassifyBody = Annotated[
-    Union[Annotated[ClassifyRequest, Tag("single")], Annotated[ClassifyBatchRequest, Tag("batch")]],
-    Discriminator(_form),
-]
-EntailmentBody = Annotated[
-    Union[Annotated[EntailmentRequest, Tag("single")], Annotated[EntailmentBatchRequest, Tag("batch")]],
-    Discriminator(_form),
-]
-VerifyBody = Annotated[
-    Union[Annotated[VerifyRequest, Tag("single")], Annotated[VerifyBatchRequest, Tag("batch")]],
-    Discriminator(_form),
-]
 
 
 # --- answers --------------------------------------------------------------------------------
@@ -192,16 +127,8 @@ class Prediction(BaseModel):
     explanation: Explanation | None = Field(None, description="only when the request asked for it (explain: true)")
 
 
-class VerifyPrediction(Prediction):
-    evidence_scores: list[float] = Field(description="weight of each evidence sentence, in input order")
-
-
 class BatchPredictions(BaseModel):
     results: list[Prediction]
-
-
-class VerifyBatchPredictions(BaseModel):
-    results: list[VerifyPrediction]
 
 
 # --- rerank: TEI's contract ----------------------------------------------------------------------
@@ -260,12 +187,63 @@ class TaskSchemas:
     answer_of: Callable[[Any, list[dict]], Any] | None = None
 
 
-# task name (core.tasks) -> its schemas; the routes are made from this and the task registry
-TASK_SCHEMAS = {
-    "classification": TaskSchemas(ClassifyBody, Prediction, BatchPredictions),
-    "entailment": TaskSchemas(EntailmentBody, Prediction, BatchPredictions),
-    "verification": TaskSchemas(VerifyBody, VerifyPrediction, VerifyBatchPredictions),
+# --- labelled tasks: generated from the registry -------------------------------------------------
+
+_REQUEST_FIELDS = ("inputs", "model", "explain")
+
+
+def _described(description: str) -> dict[str, str]:
+    # no `description` key at all for an empty one, as a field written without it
+    return {"description": description} if description else {}
+
+
+def labelled_schemas(task: Task) -> TaskSchemas:
+    """The schemas of a labelled task, made from its registry entry, so that a new task needs
+    no code here. With the prefix `task.label.capitalize()` ("Verify"):
+    `<Prefix>Input` (the task's texts), `<Prefix>Request` (one input, `model`, `explain`),
+    `<Prefix>BatchRequest` (`inputs`, `model`, `explain`), and for a task with a per-text
+    output `<Prefix>Prediction` / `<Prefix>BatchPredictions` (else the shared `Prediction` /
+    `BatchPredictions`). The class names are the OpenAPI component names."""
+    if not task.labelled:
+        raise ValueError(f"task {task.name}: not labelled; its contract goes in EXTERNAL_CONTRACTS")
+    clash = set(task.field_names) & set(_REQUEST_FIELDS)
+    if clash or task.per_text in Prediction.model_fields:
+        # a text named "model" would shadow the request's, a per-text "scores" the label scores
+        raise ValueError(f"task {task.name}: field {sorted(clash) or [task.per_text]} is taken by the request "
+                         "or the answer")
+    prefix = task.label.capitalize()
+    texts: dict[str, Any] = {
+        f.name: (list[Text], Field(min_length=1, **_described(f.description))) if f.many
+        else (Text, Field(**_described(f.description)))
+        for f in task.fields
+    }
+    endpoint_fields = (*task.field_names, *_REQUEST_FIELDS)
+    # `endpoint_fields` is set on the classes made, not passed to create_model: it is a ClassVar
+    # of _Body, not a field
+    one = create_model(f"{prefix}Input", __base__=_Body, __module__=__name__, **texts)
+    one.endpoint_fields = endpoint_fields
+    single = create_model(f"{prefix}Request", __base__=one, __module__=__name__,
+                          model=(ModelName, None), explain=(Explain, False))
+    batch = create_model(f"{prefix}BatchRequest", __base__=_Body, __module__=__name__,
+                         inputs=(list[one], Field(min_length=1)), model=(ModelName, None), explain=(Explain, False))
+    batch.endpoint_fields = endpoint_fields
+    body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(_form)]
+    if task.per_text is None:
+        return TaskSchemas(body, Prediction, BatchPredictions)
+    prediction = create_model(f"{prefix}Prediction", __base__=Prediction, __module__=__name__,
+                              **{task.per_text: (list[float], Field(**_described(task.per_text_description)))})
+    predictions = create_model(f"{prefix}BatchPredictions", __module__=__name__, results=(list[prediction], ...))
+    return TaskSchemas(body, prediction, predictions)
+
+
+# tasks whose request and answer follow an outside API's contract, written by hand above
+EXTERNAL_CONTRACTS: dict[str, TaskSchemas] = {
     "rerank": TaskSchemas(RerankRequest, list[Rank], answer_of=rerank_answer),
+}
+
+# task name (core.tasks) -> its schemas; the routes are made from this and the task registry
+TASK_SCHEMAS: dict[str, TaskSchemas] = {
+    name: EXTERNAL_CONTRACTS.get(name) or labelled_schemas(task) for name, task in TASKS.items()
 }
 
 

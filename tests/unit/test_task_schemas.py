@@ -1,0 +1,115 @@
+"""The request and answer schemas of a labelled task are made from its registry entry
+(service.schemas.labelled_schemas): every registered task gets its texts, `model` and
+`explain`; a task made up here, not registered, gets working schemas with no code in
+service/schemas.py; rerank keeps TEI's hand-written contract."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from core.tasks import TASKS, Task, TextField
+from service import schemas
+
+LABELLED = [task for task in TASKS.values() if task.labelled]
+
+# a made-up task: two texts and a list of texts with one score each
+QUOTE = Task("attribution", "/attribute", "attribute", "Who said the quote, given passages?",
+             (TextField("quote", "quote_ids"), TextField("speaker", "speaker_ids", description="who is said to say it"),
+              TextField("passages", "passages_ids", many=True, description="passages that may hold the quote")),
+             per_text="passage_scores", per_text_description="how much each passage counts")
+
+
+def forms(body: object) -> tuple[type, type]:
+    """The single and batch request classes of a body, `Annotated[Union[single, batch], Discriminator]`."""
+    single, batch = (get_args(member)[0] for member in get_args(get_args(body)[0]))
+    return single, batch
+
+
+@pytest.mark.parametrize("task", LABELLED, ids=lambda t: t.name)
+def test_a_registered_labelled_task_takes_its_texts_model_and_explain(task):
+    single, batch = forms(schemas.TASK_SCHEMAS[task.name].body)
+    prefix = task.label.capitalize()
+    assert (single.__name__, batch.__name__) == (f"{prefix}Request", f"{prefix}BatchRequest")
+    assert tuple(single.model_fields) == (*task.field_names, "model", "explain")
+    assert tuple(batch.model_fields) == ("inputs", "model", "explain")
+    one = {f.name: ["a text"] if f.many else "a text" for f in task.fields}
+    body = TypeAdapter(schemas.TASK_SCHEMAS[task.name].body)
+    assert type(body.validate_python(one)) is single
+    assert type(body.validate_python({"inputs": [one]})) is batch
+    properties = single.model_json_schema()["properties"]
+    for f in task.fields:
+        if f.many:
+            assert properties[f.name]["type"] == "array" and properties[f.name]["items"] == {"type": "string"}
+            assert properties[f.name]["minItems"] == 1
+        else:
+            assert properties[f.name]["type"] == "string"
+        assert properties[f.name].get("description", "") == f.description
+    assert batch.model_json_schema()["properties"]["inputs"]["minItems"] == 1
+    assert set(single.endpoint_fields) == set(batch.endpoint_fields) == {*task.field_names, "inputs", "model",
+                                                                          "explain"}
+
+
+@pytest.mark.parametrize("task", LABELLED, ids=lambda t: t.name)
+def test_a_labelled_task_answers_its_per_text_scores(task):
+    answer = schemas.TASK_SCHEMAS[task.name]
+    if task.per_text is None:
+        assert (answer.answer, answer.batch_answer) == (schemas.Prediction, schemas.BatchPredictions)
+        return
+    assert issubclass(answer.answer, schemas.Prediction)
+    assert answer.answer.model_fields[task.per_text].annotation == list[float]
+    assert answer.batch_answer.model_fields["results"].annotation == list[answer.answer]
+
+
+def test_a_new_labelled_task_needs_no_schema_code():
+    made = schemas.labelled_schemas(QUOTE)
+    body = TypeAdapter(made.body)
+    one = {"quote": "To be or not to be", "speaker": "Hamlet", "passages": ["Act III", "Scene I"]}
+
+    single = body.validate_python({**one, "explain": True})
+    assert type(single).__name__ == "AttributeRequest"
+    assert (single.passages, single.explain, single.model) == (["Act III", "Scene I"], True, None)
+    batch = body.validate_python({"inputs": [one, one], "model": "m"})
+    assert type(batch).__name__ == "AttributeBatchRequest"
+    assert [type(x).__name__ for x in batch.inputs] == ["AttributeInput"] * 2
+    assert batch.model == "m" and batch.ignored_fields() == []
+
+    with pytest.raises(ValidationError, match="passages"):
+        body.validate_python({**one, "passages": []})
+    with pytest.raises(ValidationError, match="whitespace-only"):
+        body.validate_python({**one, "speaker": " \n"})
+    with pytest.raises(ValidationError, match="inputs"):
+        body.validate_python({"inputs": []})
+
+    # unknown fields are dropped and reported; a near miss of a field stays an error
+    with_metadata = body.validate_python({"inputs": [{**one, "source": "web"}], "request_id": "7"})
+    assert with_metadata.ignored_fields() == ["request_id", "inputs[0].source"]
+    with pytest.raises(ValidationError, match="speakr"):
+        body.validate_python({**one, "speakr": "Hamlet"})
+    with pytest.raises(ValidationError, match="model"):  # a field of the request, inside an input
+        body.validate_python({"inputs": [{**one, "model": "m"}]})
+
+    assert made.answer.__name__ == "AttributePrediction"
+    answer = made.answer.model_json_schema()["properties"]["passage_scores"]
+    assert answer["items"] == {"type": "number"} and answer["description"] == "how much each passage counts"
+    assert made.batch_answer.__name__ == "AttributeBatchPredictions"
+    assert "passage_scores" in made.batch_answer.model_json_schema()["$defs"]["AttributePrediction"]["required"]
+
+
+def test_a_task_field_may_not_take_a_request_or_answer_name():
+    with pytest.raises(ValueError, match="model"):
+        schemas.labelled_schemas(Task("x", "/x", "x", "x", (TextField("model", "model_ids"),)))
+    with pytest.raises(ValueError, match="scores"):
+        schemas.labelled_schemas(Task("x", "/x", "x", "x", (TextField("t", "t_ids"), TextField("u", "u_ids", many=True)),
+                                      per_text="scores"))
+
+
+def test_rerank_keeps_the_tei_contract():
+    rerank = schemas.TASK_SCHEMAS["rerank"]
+    assert rerank is schemas.EXTERNAL_CONTRACTS["rerank"]
+    assert rerank.body is schemas.RerankRequest and rerank.answer == list[schemas.Rank]
+    assert rerank.answer_of is schemas.rerank_answer and rerank.batch_answer is None
+    with pytest.raises(ValueError, match="EXTERNAL_CONTRACTS"):
+        schemas.labelled_schemas(TASKS["rerank"])
