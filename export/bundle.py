@@ -22,7 +22,7 @@ import onnxruntime
 import torch
 
 from export.explanations import expose_explanation
-from export.onnx_graph import OPSET, export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
+from export.onnx_graph import OPSET, export_onnx, round_embeddings, store_embeddings
 from export.parity import TOLERANCE, assert_parity, check_parity, cpu_session, example_batches
 from models import TASKS, TextClassifier, architectures, serve_as
 from core.bundle import (
@@ -69,13 +69,13 @@ def staged(out_dir: Path) -> Iterator[Path]:
 
 
 def _write_graph(network: TextClassifier, staging: Path, tokenizer_path: str | Path,
-                 fp16_embeddings: bool) -> tuple[Path, Any]:
-    """model.onnx (embedding tables in float16 if asked), its explanation output, and the
-    tokenizer beside it; returns the graph's path and the explanation's spec (None if none)."""
-    shapes = round_embeddings_to_fp16(network) if fp16_embeddings else []
+                 embedding_dtype: str) -> tuple[Path, Any]:
+    """model.onnx (embedding tables stored as `embedding_dtype`), its explanation output, and
+    the tokenizer beside it; returns the graph's path and the explanation's spec (None if none)."""
+    shapes = round_embeddings(network, embedding_dtype)
     model_path = export_onnx(network, staging / MODEL_FILE)
     if shapes:
-        store_embeddings_fp16(model_path, shapes)
+        store_embeddings(model_path, shapes, embedding_dtype)
     explanation = expose_explanation(model_path, network)
     shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
     return model_path, explanation
@@ -98,7 +98,7 @@ def write_bundle_from_network(
     variants: bool = False,
     tolerance: float = TOLERANCE,
     step: Step | None = None,
-    fp16_embeddings: bool = False,
+    embedding_dtype: str = "float32",
 ) -> Path:
     """Export `network` into the bundle directory `out_dir` and return it.
 
@@ -122,7 +122,7 @@ def write_bundle_from_network(
 
     with staged(out_dir) as staging:
         step("exporting ONNX graph")
-        model_path, explanation = _write_graph(network, staging, tokenizer_path, fp16_embeddings)
+        model_path, explanation = _write_graph(network, staging, tokenizer_path, embedding_dtype)
 
         step("checking parity with PyTorch")
         parity = check_parity(network, model_path, max_lengths, max_evidence, examples, encoder,
@@ -216,8 +216,8 @@ def write_bundle(
         description=meta.description,
         variants=variants,
         step=step,
-        # a recipe may ask for its (large, pretrained-vocabulary) embedding tables in float16
-        fp16_embeddings=(meta.recipe or {}).get("embeddings", {}).get("export_dtype") == "float16",
+        # a recipe may ask for its (large, pretrained-vocabulary) embedding tables in float16 or int8
+        embedding_dtype=(meta.recipe or {}).get("embeddings", {}).get("export_dtype") or "float32",
     )
 
 

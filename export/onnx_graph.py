@@ -8,6 +8,7 @@ import logging
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from models.base import TASKS, IdsOnly, TextClassifier
@@ -15,7 +16,7 @@ from models.base import TASKS, IdsOnly, TextClassifier
 OPSET = 18
 log = logging.getLogger(__name__)
 
-# suffix of a float16 copy of a table and of the nodes that read it (store_embeddings_fp16);
+# suffix of a float16 copy of a table and of the nodes that read it (store_embeddings);
 # export.rewrite.to_checkpoint (`attserve bundle to-checkpoint`) strips it to find the PyTorch parameter again
 FP16_SUFFIX = "__fp16"
 
@@ -47,27 +48,67 @@ def dynamic_shapes(task: str) -> dict[str, dict[int, torch.export.Dim]]:
     return shapes
 
 
-def round_embeddings_to_fp16(network: TextClassifier) -> list[tuple[int, int]]:
-    """Round every nn.Embedding table to float16 values, in place, and return their shapes: the
-    network then has exactly the weights that `store_embeddings_fp16` writes, so the parity check
-    compares like with like."""
+# how export may store the embedding tables (a recipe's [embeddings] export_dtype)
+EMBEDDING_DTYPES = ("float32", "float16", "int8")
+# suffixes of an int8 table and of its per-row float16 scales (store_embeddings_int8)
+INT8_SUFFIX = "__int8"
+SCALE_SUFFIX = "__scale"
+INT8_MAX = 127  # symmetric: -127..127, so a row's largest value maps to +-127 exactly
+
+
+def round_embeddings(network: TextClassifier, dtype: str) -> list[tuple[int, int]]:
+    """Round every nn.Embedding table, in place, to the values the graph will compute with when
+    it stores the tables as `dtype`, and return their shapes (none for float32): the network
+    then has exactly the weights that `store_embeddings` writes, so the parity check compares
+    like with like.
+
+    float16: each value rounded to float16. int8: each row rounded to a multiple of its own
+    scale (its largest magnitude / 127, itself a float16), the row's largest value to +-127."""
+    if dtype not in EMBEDDING_DTYPES:
+        raise ValueError(f"embedding dtype {dtype!r}; expected one of {', '.join(EMBEDDING_DTYPES)}")
+    if dtype == "float32":
+        return []
     shapes = []
     with torch.no_grad():
         for layer in network.modules():
             if isinstance(layer, torch.nn.Embedding):
-                layer.weight.copy_(layer.weight.half().float())
-                shapes.append(tuple(layer.weight.shape))
+                weight = layer.weight  # (V, D)
+                if dtype == "float16":
+                    weight.copy_(weight.half().float())
+                else:
+                    scale = (weight.abs().amax(dim=1, keepdim=True) / INT8_MAX).half().float()  # (V, 1)
+                    steps = torch.where(scale > 0, torch.round(weight / scale.clamp_min(1e-30)), torch.zeros_like(weight))
+                    weight.copy_(steps.clamp(-INT8_MAX, INT8_MAX) * scale)
+                shapes.append(tuple(weight.shape))
     return shapes
 
 
-def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> int:
+def round_embeddings_to_fp16(network: TextClassifier) -> list[tuple[int, int]]:
+    return round_embeddings(network, "float16")
+
+
+def _int8_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 steps (V, D), float16 scales (V, 1)) of a table `round_embeddings(..., "int8")`
+    rounded: exact, since each row is a multiple of a float16 scale with +-127 at its peak."""
+    peak = np.abs(table).max(axis=1, keepdims=True)  # (V, 1) = 127 * scale, exactly
+    scale = (peak / INT8_MAX).astype(np.float16)
+    wide = scale.astype(np.float32)
+    steps = np.where(wide > 0, np.rint(table / np.where(wide > 0, wide, 1)), 0).astype(np.int8)
+    if not np.array_equal(steps.astype(np.float32) * wide, table):
+        raise ValueError("an embedding table is not int8-rounded (round_embeddings(network, \"int8\") first)")
+    return steps, scale
+
+
+def store_embeddings(path: str | Path, shapes: list[tuple[int, int]], dtype: str) -> int:
     """Rewrite the graph at `path` so each float32 embedding table (an initializer of one of
-    `shapes` read by Gather) is stored as float16 and cast back to float32 after the lookup:
-    half the bytes of the largest tensors, same float32 compute. Returns the tables converted."""
-    import numpy as np
+    `shapes` read by Gather) is stored as `dtype` and widened back to float32 after the lookup:
+    float16 halves the bytes of the largest tensors, int8 (plus a float16 scale per row) nearly
+    quarters them; the compute stays float32. Returns the tables converted."""
     import onnx
     from onnx import helper, numpy_helper
 
+    if dtype not in ("float16", "int8"):
+        raise ValueError(f"embedding tables are stored as float16 or int8, not {dtype!r}")
     model = onnx.load(str(path))
     graph = model.graph
     tables = {
@@ -77,29 +118,50 @@ def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> in
     converted: set[str] = set()
     nodes = []
     for node in graph.node:
-        if node.op_type == "Gather" and node.input[0] in tables:
-            name = node.input[0]
-            converted.add(name)
-            half_out = f"{node.output[0]}{FP16_SUFFIX}"
-            nodes.append(helper.make_node("Gather", [f"{name}{FP16_SUFFIX}", node.input[1]], [half_out],
-                                          name=f"{node.name}{FP16_SUFFIX}", axis=next((a.i for a in node.attribute if a.name == "axis"), 0)))
-            nodes.append(helper.make_node("Cast", [half_out], [node.output[0]], name=f"{node.name}__cast",
-                                          to=onnx.TensorProto.FLOAT))
-        else:
+        if node.op_type != "Gather" or node.input[0] not in tables:
             nodes.append(node)
+            continue
+        name, ids, out = node.input[0], node.input[1], node.output[0]
+        converted.add(name)
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if dtype == "float16":
+            nodes += [helper.make_node("Gather", [f"{name}{FP16_SUFFIX}", ids], [f"{out}{FP16_SUFFIX}"],
+                                       name=f"{node.name}{FP16_SUFFIX}", axis=axis),
+                      helper.make_node("Cast", [f"{out}{FP16_SUFFIX}"], [out], name=f"{node.name}__cast",
+                                       to=onnx.TensorProto.FLOAT)]
+        else:  # the row's steps times the row's scale, both widened to float32
+            nodes += [helper.make_node("Gather", [f"{name}{INT8_SUFFIX}", ids], [f"{out}{INT8_SUFFIX}"],
+                                       name=f"{node.name}{INT8_SUFFIX}", axis=axis),
+                      helper.make_node("Cast", [f"{out}{INT8_SUFFIX}"], [f"{out}__steps"], name=f"{node.name}__cast",
+                                       to=onnx.TensorProto.FLOAT),
+                      helper.make_node("Gather", [f"{name}{SCALE_SUFFIX}", ids], [f"{out}{SCALE_SUFFIX}"],
+                                       name=f"{node.name}{SCALE_SUFFIX}", axis=axis),
+                      helper.make_node("Cast", [f"{out}{SCALE_SUFFIX}"], [f"{out}__scales"],
+                                       name=f"{node.name}__cast_scale", to=onnx.TensorProto.FLOAT),
+                      helper.make_node("Mul", [f"{out}__steps", f"{out}__scales"], [out], name=f"{node.name}__dequantize")]
     users = {i for node in graph.node for i in node.input if i in converted and node.op_type != "Gather"}
     if users:
-        raise ValueError(f"embedding tables {sorted(users)} are read by more than Gather; cannot store them as fp16")
+        raise ValueError(f"embedding tables {sorted(users)} are read by more than Gather; cannot store them as {dtype}")
     del graph.node[:]
     graph.node.extend(nodes)
     for name in converted:
         table = tables[name]
         graph.initializer.remove(table)
-        graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), f"{name}{FP16_SUFFIX}"))
+        values = numpy_helper.to_array(table)
+        if dtype == "float16":
+            graph.initializer.append(numpy_helper.from_array(values.astype(np.float16), f"{name}{FP16_SUFFIX}"))
+        else:
+            steps, scale = _int8_rows(values)
+            graph.initializer.extend([numpy_helper.from_array(steps, f"{name}{INT8_SUFFIX}"),
+                                      numpy_helper.from_array(scale, f"{name}{SCALE_SUFFIX}")])
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
-    log.info("embeddings stored as float16", extra={"path": str(path), "tables": len(converted)})
+    log.info("embeddings stored", extra={"path": str(path), "tables": len(converted), "dtype": dtype})
     return len(converted)
+
+
+def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> int:
+    return store_embeddings(path, shapes, "float16")
 
 
 def export_onnx(network: TextClassifier, path: str | Path, opset: int = OPSET) -> Path:

@@ -163,9 +163,10 @@ class EmbeddingsSection(_Strict):
         "and the OOV buckets), concatenated, so a word training never saw keeps a vector in the same space as the ones it "
         "tuned. Needs [tokenizer] oov_buckets > 0. Default: true for attconv-light/-advanced with glove = true, trainable = "
         "true and no freeze_pretrained; false otherwise."))
-    export_dtype: Literal["float32", "float16"] = Field("float32", description=(
-        "How export stores the embedding tables: float16 halves a large pretrained vocabulary's bytes (the parity check "
-        "runs against the network with the same fp16-rounded weights)."))
+    export_dtype: Literal["float32", "float16", "int8"] = Field("float32", description=(
+        "How export stores the embedding tables: float16 halves a large pretrained vocabulary's bytes; int8 (each row "
+        "its own float16 scale) keeps about twice as many words as float16 in the same bytes, for a rounding of at most "
+        "1/254 of the row's largest value. The parity check runs against the network with the same rounded weights."))
     export_pretrained_vocab: int | None = Field(None, ge=0, description=(
         "Export keeps only the first N pretrained-only words (`attserve export --pretrained-vocab`): their rows are frozen "
         "vectors, so the bundle shrinks without retraining; none keeps them all."))

@@ -1,8 +1,8 @@
 """Turn a shipped bundle back into a training checkpoint, to fine-tune it when only the bundle is at hand.
 
 The bundle's ONNX graph holds every weight under its PyTorch name (`network.<parameter>`; tables
-stored as float16 carry a `__fp16` suffix and are widened back to float32, exactly what the graph
-computes with). The bundle's config.json does not record the network's sizes, so they come from
+stored as float16 carry a `__fp16` suffix and are widened back to float32; int8 tables carry
+`__int8` beside their per-row `__scale` and are multiplied back: exactly what the graph computes with). The bundle's config.json does not record the network's sizes, so they come from
 the recipe the bundle was trained from. Before anything is written, the rebuilt PyTorch network
 must reproduce the bundle's graph on export's random parity batches within export's tolerance.
 
@@ -23,7 +23,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from export.onnx_graph import FP16_SUFFIX
+from export.onnx_graph import FP16_SUFFIX, INT8_SUFFIX, SCALE_SUFFIX
 from export.parity import assert_parity, check_parity
 from models import build_network
 from training.checkpoint import make_meta, save_checkpoint
@@ -34,11 +34,16 @@ PREFIX = "network."  # export wraps the network in models.IdsOnly as `network`
 
 def bundle_weights(model_path: Path) -> dict[str, torch.Tensor]:
     """The graph's PyTorch parameters by state-dict name, as float32."""
+    arrays = {init.name[len(PREFIX):]: numpy_helper.to_array(init).astype(np.float32)
+              for init in onnx.load(str(model_path)).graph.initializer if init.name.startswith(PREFIX)}
     weights = {}
-    for init in onnx.load(str(model_path)).graph.initializer:
-        if init.name.startswith(PREFIX):
-            name = init.name[len(PREFIX):].removesuffix(FP16_SUFFIX)
-            weights[name] = torch.from_numpy(numpy_helper.to_array(init).astype(np.float32))
+    for name, values in arrays.items():
+        if name.endswith(SCALE_SUFFIX):
+            continue
+        if name.endswith(INT8_SUFFIX):
+            name = name.removesuffix(INT8_SUFFIX)
+            values = values * arrays[f"{name}{SCALE_SUFFIX}"]
+        weights[name.removesuffix(FP16_SUFFIX)] = torch.from_numpy(values)
     return weights
 
 

@@ -216,6 +216,57 @@ def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
     assert np.abs(expected - got).max() < 1e-5
 
 
+def test_int8_embedding_tables_quarter_the_table_and_keep_parity(tmp_path):
+    from export.onnx_graph import INT8_MAX, export_onnx, round_embeddings, store_embeddings
+    from export.parity import cpu_session, run_onnx, run_torch
+    from export.rewrite.to_checkpoint import bundle_weights
+    from models import build_network
+
+    torch.manual_seed(0)
+    vocab = 5000
+    network = build_network("attconv-light", task="entailment", vocab_size=vocab, num_labels=3,
+                            embedding_dim=16, hidden_dim=8, head_hidden=8, dropout=0.0).eval()
+    original = network.embeddings.weight.detach().clone()
+    with torch.no_grad():
+        network.embeddings.weight[7] = 0.0  # an all-zero row (as padding is) has no scale to divide by
+    plain = export_onnx(network, tmp_path / "plain.onnx")
+    assert round_embeddings(network, "int8") == [(vocab, 16)]
+    rounded = network.embeddings.weight.detach()
+    # each row moved by at most half a step of its own scale, its peak kept to float16 precision
+    step = original.abs().amax(dim=1, keepdim=True) / INT8_MAX
+    assert torch.all((rounded - original).abs()[torch.arange(vocab) != 7] <= 0.5 * step[torch.arange(vocab) != 7] * 1.01)
+    assert torch.all(rounded[7] == 0)
+    small = export_onnx(network, tmp_path / "int8.onnx")
+    assert store_embeddings(small, [(vocab, 16)], "int8") == 1
+
+    model = onnx.load(str(small))
+    by_shape = {tuple(i.dims): i.data_type for i in model.graph.initializer if i.dims and i.dims[0] == vocab}
+    assert by_shape == {(vocab, 16): onnx.TensorProto.INT8, (vocab, 1): onnx.TensorProto.FLOAT16}
+    # 16 + 2 bytes a row instead of 64: the whole graph shrinks by the table's difference
+    assert plain.stat().st_size - small.stat().st_size >= vocab * (64 - 18) * 0.99
+    # to-checkpoint reads the int8 table back as the float32 weights the graph computes with
+    assert torch.equal(bundle_weights(small)["embeddings.weight"], rounded)
+
+    rng = np.random.default_rng(1)
+    premise = rng.integers(1, vocab, size=(4, 11)); premise[0, 7:] = PAD_ID; premise[1, 2] = 7
+    hypothesis = rng.integers(1, vocab, size=(4, 5)); hypothesis[2, 3:] = PAD_ID
+    ids = [premise.astype(np.int64), hypothesis.astype(np.int64)]
+    expected = run_torch(network, ids)[0]  # the network with the same rounded weights
+    got = run_onnx(cpu_session(small), "entailment", ids)[0]
+    assert np.abs(expected - got).max() < 1e-5
+
+
+def test_int8_storage_refuses_a_table_that_was_not_rounded(tmp_path):
+    from export.onnx_graph import export_onnx, store_embeddings
+    from models import build_network
+
+    network = build_network("attconv-light", task="entailment", vocab_size=50, num_labels=3,
+                            embedding_dim=8, hidden_dim=8, head_hidden=8, dropout=0.0).eval()
+    path = export_onnx(network, tmp_path / "m.onnx")
+    with pytest.raises(ValueError, match="not int8-rounded"):
+        store_embeddings(path, [(50, 8)], "int8")
+
+
 def test_bundle_export_honours_the_recipe_export_dtype(tmp_path):
     from export.bundle import write_bundle
     from training.checkpoint import load_checkpoint
