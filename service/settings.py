@@ -63,9 +63,9 @@ class _Settings(BaseSettings):
     # Dynamic batching (per model): a batch closes at max_batch_size items, at
     # max_batch_tokens padded tokens, or max_batch_delay_ms after its first item arrived.
     # Delay 0 is continuous batching: an idle engine takes what is queued at once, and items
-    # that arrive while a batch runs form the next one. On CPU it beat every delay measured
-    # (bench knobs: 2x the throughput at c=4, more at c=64); a delay pays off only where one
-    # engine call costs much more than the items in it (a GPU).
+    # that arrive while a batch runs form the next one. On CPU it beats a delay (`bench knobs`,
+    # docs/performance.md); a delay pays off only where one engine call costs much more than
+    # the items in it (a GPU).
     max_batch_size: int = Field(32, ge=1)
     max_batch_delay_ms: float = Field(0.0, ge=0)
     max_batch_tokens: int = Field(16384, ge=1)
@@ -85,11 +85,10 @@ class _Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # CUDAExecutionProvider options (device cuda, or auto on a GPU; ignored on CPU).
     # TF32 off: onnxruntime's CUDA EP multiplies in TF32 by default, and then an answer depends
-    # on the batch it ran in (solo vs batched 5.3e-4 on an H100; 4.8e-7 with it off, and no slower).
+    # on the batch it ran in (the figures: docs/configuration.md).
     cuda_use_tf32: bool = False
     # cuDNN convolution algorithm search. onnxruntime's EXHAUSTIVE re-benchmarks on every new
-    # shape: measured on an H100 with mixed shapes, ~17 ms a call (EXHAUSTIVE) vs 4.7 ms
-    # (HEURISTIC) vs 2.0 ms (DEFAULT), against 0.8-0.9 ms at a fixed shape (../shared/tools/gpu).
+    # shape, and the service's shapes change from call to call (the cost: docs/configuration.md).
     cuda_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = "DEFAULT"
     cuda_device_id: int = Field(0, ge=0)
     # the device memory arena: how it grows, and its cap in bytes (None: onnxruntime's, no cap)

@@ -60,8 +60,8 @@ DATASET_TASKS: dict[str, str] = {
     "fever-nli": "entailment",
 }
 # Defaults that follow other keys (a minimal recipe gets the pretrained vectors, a
-# pretrained vocabulary and, for AttConv, the tuned second channel; measured on 400 tweets by
-# tools/own_data_defaults_probe.py). Recipe._resolve_defaults fills them in.
+# pretrained vocabulary and, for AttConv, the tuned second channel: what served small own data
+# best, tools/own_data_defaults_probe.py). Recipe._resolve_defaults fills them in.
 DEFAULT_PRETRAINED_VOCAB = 40_000  # [tokenizer] pretrained_vocab with glove = true
 DEFAULT_OOV_BUCKETS = 1_000  # [tokenizer] oov_buckets with the tuned channel
 TUNED_CHANNEL_ARCHITECTURES = ("attconv-light", "attconv-advanced")  # networks with a tuned_vocab_size field
