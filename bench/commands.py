@@ -1,5 +1,5 @@
 """`attserve bench`: measure the service against the engine, the HTTP floor, a naive PyTorch
-server, a BentoML peer and the paper's speed claims, in one run (issue 7).
+server, a BentoML peer and the paper's speed claims, in one run.
 
     attserve bench                          # short mode (< 2 min): a tiny model built on the spot
     attserve bench --mode full --checkpoints /work/runs/checkpoints

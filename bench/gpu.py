@@ -1,4 +1,4 @@
-"""`attserve bench --device cuda` (issue 36): the service on a GPU against its own engine and the
+"""`attserve bench --device cuda`: the service on a GPU against its own engine and the
 CPU provider of the same host, written to bench/results/gpu/ (results.json, results.md).
 
     attserve bench --device cuda [--model snli-attconv-light:snli] [--gpu-workers 8] [--duration 10]

@@ -1,4 +1,4 @@
-"""Same-run A/B of two source trees on a GPU machine (issue 37's request path on CUDA): the
+"""Same-run A/B of two source trees on a GPU machine (the request path on CUDA): the
 service from BEFORE (a tree without its model_repository, e.g. `git archive` of the older commit)
 and from this tree, both on this tree's model_repository, on CUDA, 1 and 8 workers, single-item
 requests at c=64 and c=512 and 32-pair requests at c=512, one run of DUR seconds per arm, arms

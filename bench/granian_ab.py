@@ -1,4 +1,4 @@
-"""granian against uvicorn (issue 37, item 4): the bare HTTP floor (bench/floor_app.py) and the
+"""granian against uvicorn: the bare HTTP floor (bench/floor_app.py) and the
 service's app, each under both servers, interleaved rounds, server pinned to core 0 and wrk to
 core 1, single-pair /entailment bodies at c=32. The service runs here under plain uvicorn, not
 `attserve serve`'s guarded protocol (service/http.py), so both servers run the same app with the

@@ -1,4 +1,4 @@
-"""Reliability runs against a real `python -m service` process (issue 8).
+"""Reliability runs against a real `python -m service` process.
 
 One subcommand per scenario; each starts its own server on 127.0.0.1, writes one JSON result
 (`passed` plus the figures) and exits 1 when an acceptance check fails:
@@ -7,8 +7,8 @@ One subcommand per scenario; each starts its own server on 127.0.0.1, writes one
     python -m bench.reliability overload  --repository DIR --factor 4 --duration 30          # R2
     python -m bench.reliability shutdown  --repository DIR --load 5                          # R4
     python -m bench.reliability soak      --repository DIR --minutes 10 --load 0.5           # R6
-    python -m bench.reliability probes    --repository DIR                                    # R10 (issue 33)
-    python -m bench.reliability abuse     --repository DIR --seconds 60                       # R10 (issue 33)
+    python -m bench.reliability probes    --repository DIR                                    # R10
+    python -m bench.reliability abuse     --repository DIR --seconds 60                       # R10
 
 DIR is a model repository (default: the bundled `model_repository/`); results go to
 `runs/reliability/<scenario>.json` unless `--out` says otherwise. tests/process/test_reliability.py
@@ -817,7 +817,7 @@ def run_soak(repository: Path, minutes: float = 10.0, load: float = 0.5, capacit
     return result
 
 
-# --- R7 expensive bodies (issue 16) ------------------------------------------------------------
+# --- R7 expensive bodies -----------------------------------------------------------------------
 
 WORST_NFKC_CHARACTER = "\ufdfa"  # one character, 18 after NFKC
 
@@ -883,7 +883,7 @@ def run_expansion(repository: Path, concurrent: int = 6, rounds: int = 3, model:
     }
 
 
-# --- R8 slow and idle clients (issue 16) -------------------------------------------------------
+# --- R8 slow and idle clients ------------------------------------------------------------------
 
 def _hold_idle(port: int, count: int, hold_s: float, queue: Any) -> None:
     """Child process: open `count` connections that send nothing; report when each closed."""
@@ -1002,7 +1002,7 @@ def run_slow_clients(repository: Path, idle: int = 20_000, slowloris: int = 200,
     }
 
 
-# --- R10 abuse (issue 33) ----------------------------------------------------------------------
+# --- R10 abuse ---------------------------------------------------------------------------------
 # The findings of the second security review, each as a probe against a real server, and a
 # mixed abuse run. The requests are built here once; tests/process/test_hardening.py sends the same ones.
 
@@ -1362,7 +1362,7 @@ def run_abuse(repository: Path, seconds: float = 60.0, settle_s: float = 10.0, u
 # --- CLI ------------------------------------------------------------------------------------
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Reliability runs against a real attserve process (issue 8).")
+                  help="Reliability runs against a real attserve process.")
 RepositoryOption = typer.Option(DEFAULT_MODEL_REPOSITORY, "--repository", help="Model repository to serve.")
 
 
@@ -1413,14 +1413,14 @@ def expansion(repository: Path = RepositoryOption, concurrent: int = 6, rounds: 
 
 @cli.command()
 def probes(repository: Path = RepositoryOption, unread_clients: int = 40, out: Path | None = None) -> None:
-    """R10 (issue 33): one probe per finding of the second review; 4xx within 1 s, RSS +50 MB at most each."""
+    """R10: one probe per finding of the second review; 4xx within 1 s, RSS +50 MB at most each."""
     _finish(run_probes(repository, unread_clients=unread_clients), out, "probes")
 
 
 @cli.command()
 def abuse(repository: Path = RepositoryOption, seconds: float = 60.0, settle: float = 10.0, unread: int = 20,
           slow: int = 20, mem_limit_mb: float = 2048.0, out: Path | None = None) -> None:
-    """R10 (issue 33): mixed abuse; peak RSS under mem_limit, within 20% of idle `settle` s after."""
+    """R10: mixed abuse; peak RSS under mem_limit, within 20% of idle `settle` s after."""
     _finish(run_abuse(repository, seconds, settle, unread, slow, mem_limit_mb), out, "abuse")
 
 

@@ -7,7 +7,7 @@ distance from it is the network's share. Only `ModelRuntime.infer` (one graph ca
 replaced: warm-up, `infer_batch`, the call planning and everything else run as in the service,
 calling the constant `infer` (so warm-up costs nothing and no graph runs at all), and every
 request gets row 0 of the labels with uniform scores. Warm-up is deliberately not patched: a
-stand-in for it broke the app once when `warmup` gained an argument (issue 37);
+stand-in for it would break the app whenever `warmup` gains an argument;
 tests/process/test_service_floor_app.py starts this app as a process and checks its answers.
 
     ATTSERVE_...=... uvicorn bench.service_floor_app:create_app --factory

@@ -1,4 +1,4 @@
-"""One benchmark run: every measurement of issue 7 in one go, written as JSON, Markdown and PNG.
+"""One benchmark run: every benchmark measurement in one go, written as JSON, Markdown and PNG.
 
 Method (the comparison a 2-core machine allows): the measured process (a server, or the
 in-process engine) is pinned to one core and its load generator to the other, onnxruntime and

@@ -27,7 +27,7 @@ from pathlib import Path
 
 log = logging.getLogger("bench.workloads")
 
-# Inputs per request in the "batch" request form (issue 7: 32-item `inputs` requests).
+# Inputs per request in the "batch" request form (32-item `inputs` requests).
 BATCH_INPUTS = 32
 ENDPOINT_OF_TASK = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
 

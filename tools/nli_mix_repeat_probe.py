@@ -1,7 +1,7 @@
 """Probe: the nli-attconv-advanced recipe on `nli-mix` with some sources' train pairs repeated
 (e.g. the scarce multi-genre pairs), starting from a checkpoint, for a time budget. It writes a
 checkpoint with the per-source dev/test accuracies in metrics.json, as `attserve train` does; the
-dataset itself is not changed (README, "Beyond captions (issue 32)": MultiNLI and XNLI x3 for 43
+dataset itself is not changed (docs/models.md, "Beyond captions": MultiNLI and XNLI x3 for 43
 minutes from the shipped default's checkpoint).
 
     python tools/nli_mix_repeat_probe.py runs/probe-nli-multigenre-x3 '{"mnli": 3, "xnli": 3}' \\

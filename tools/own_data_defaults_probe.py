@@ -1,4 +1,4 @@
-"""Issue 35's own-data acceptance check: does the minimal recipe train as well as one with every
+"""The own-data acceptance check: does the minimal recipe train as well as one with every
 useful option on?
 
 Takes 400 positive/negative tweets (200 of each, seeded) from the `tweets` dataset's train split,
@@ -7,9 +7,9 @@ writes them as text-csv files to a temporary directory, and trains, side by side
 with `attserve train --threads 1`:
 
 - `old-defaults`: the minimal recipe (name, [data], [model] architecture, [limits]) with the
-  schema defaults before issue 35 written out (no GloVe, no pretrained vocabulary; the [train]
+  schema's former defaults written out (no GloVe, no pretrained vocabulary; the [train]
   defaults, unchanged: 10 epochs, batch 32, lr 1e-3, patience 3);
-- `readme-before`: the README's minimal recipe before issue 35 (16-d, 15 epochs, batch 8, lr 0.01);
+- `readme-before`: the README's former minimal recipe (16-d, 15 epochs, batch 8, lr 0.01);
 - `new-defaults`: the minimal recipe (`training.recipes.MINIMAL_RECIPE`, as the README and
   docs/recipes.md show it), nothing else set: GloVe, a 40,000-word pretrained vocabulary, 1,000
   OOV hash buckets and the tuned second channel, by default;

@@ -1,4 +1,4 @@
-"""Where a verification checkpoint's errors come from (issue 3's verification target).
+"""Where a verification checkpoint's errors come from.
 
 Splits a split's claims by how they were built (training/verification.py): claims whose
 evidence holds the gold premise, by SNLI label, and claims whose gold premise was left out

@@ -1,4 +1,4 @@
-"""WikiQA-trained ranker vs the verification model's evidence_scores (issue 14): on the
+"""WikiQA-trained ranker vs the verification model's evidence_scores: on the
 SNLI-derived verification test claims whose evidence holds the gold premise among 2+ sentences,
 how often each one's top-scored sentence is the gold premise.
 

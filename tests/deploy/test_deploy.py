@@ -128,7 +128,7 @@ def test_compose_file_is_valid_and_wires_the_stack():
 
 
 def test_compose_stack_is_locked_down():
-    """Issue 16: localhost-only ports unless opted in, read-only containers without
+    """Localhost-only ports unless opted in, read-only containers without
     capabilities or privilege gain, memory limits, and the proxy in front of the replicas."""
     services = resolved_compose("gpu")["services"]
     for name, service in services.items():
@@ -155,7 +155,7 @@ def test_compose_stack_is_locked_down():
 
 
 def test_compose_passes_the_api_keys_from_an_env_file(tmp_path):
-    """Issue 33: ATTSERVE_API_KEYS (or a mounted secret named in ATTSERVE_API_KEYS_FILE) reaches
+    """ATTSERVE_API_KEYS (or a mounted secret named in ATTSERVE_API_KEYS_FILE) reaches
     every replica from the shell or an .env file; unset, the replicas ask for no key."""
     without = resolved_compose("gpu")["services"]
     assert all(without[name]["environment"].get("ATTSERVE_API_KEYS") is None for name in ("api", "api-gpu"))
@@ -175,7 +175,7 @@ def test_compose_passes_the_api_keys_from_an_env_file(tmp_path):
 
 
 def test_the_proxy_keeps_metrics_and_foreign_hosts_out():
-    """Issue 33: nginx does not publish /metrics (Prometheus scrapes the replicas directly), and
+    """nginx does not publish /metrics (Prometheus scrapes the replicas directly), and
     the replicas answer only the host names of the localhost-only published port."""
     conf = (REPO / "docker" / "nginx" / "nginx.conf").read_text()
     block = re.search(r"location = /metrics \{(.*?)\}", conf, re.S)

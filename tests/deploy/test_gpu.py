@@ -5,7 +5,7 @@ On the bundled models: every session really runs on CUDAExecutionProvider (repor
 /v1/models and the attserve_model_info metric: onnxruntime #23372 is a silent CPU fallback),
 the IO-binding path gives the CPU answers (scores within 1e-4: cuDNN may pick other
 convolution algorithms), and answers do not depend on what else is in the GPU batch (TF32 off,
-the default ATTSERVE_CUDA_USE_TF32=false). Issue 36: the CUDA options in force are the settings'
+the default ATTSERVE_CUDA_USE_TF32=false). The CUDA options in force are the settings'
 onnxruntime sees the batch grid's shapes only, and ATTSERVE_WORKERS=2 serves from CUDA.
 """
 

@@ -1,4 +1,4 @@
-"""The explanation page (/ui, issue 20) driven in headless Chromium against the real service.
+"""The explanation page (/ui) driven in headless Chromium against the real service.
 
 One `python -m service` on the shipped `model_repository/` and one Chromium for the module.
 For each task the form is filled with the keyboard (selenium send_keys), submitted, and the

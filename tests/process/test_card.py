@@ -384,7 +384,7 @@ def test_tfidf_baseline_scores_the_ood_sets(tmp_path):
     (["--recipe", "no/such/recipe.toml"], "no/such/recipe.toml"),
 ])
 def test_card_errors_are_one_line_and_a_non_zero_exit(service_bundles, tmp_path, monkeypatch, args, expected):
-    """`attserve card` on data it cannot read (issue 35): one `error:` line naming the cause, exit 2,
+    """`attserve card` on data it cannot read: one `error:` line naming the cause, exit 2,
     no traceback, config.json untouched."""
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""CLI guards (issue 17): export never replaces a bundle without --force, and the commands of
+"""CLI guards: export never replaces a bundle without --force, and the commands of
 the training extra (the `attserve bundle ...` group's too) say in one line what to install when
 torch is missing."""
 
@@ -70,7 +70,7 @@ def test_export_with_force_goes_past_the_refusal(tmp_path):
 
 
 def test_train_refuses_an_existing_checkpoint_without_force_and_replaces_it_with(tmp_path):
-    """Issue 35: train follows export's rule (exit 2 and one line naming --force)."""
+    """Train follows export's rule (exit 2 and one line naming --force)."""
     from cli.main import app
 
     checkpoint = tmp_path / "ckpt"
@@ -119,7 +119,7 @@ def test_training_commands_need_the_extra_in_one_line(argv):
     ("explanations", "model_repository/bbc-act"),
 ], ids=lambda argv: argv[0])
 def test_bundle_commands_need_the_extra_in_one_line(argv):
-    """Issue 34: the bundle rewrites (once files in a scripts folder) refuse like the other training commands,
+    """The bundle rewrites refuse like the other training commands,
     before they touch the bundle."""
     config = (ROOT / "model_repository" / "bbc-act" / "config.json").read_bytes()
     result = _cli_without_torch("bundle", *argv)

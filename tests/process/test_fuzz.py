@@ -1,4 +1,4 @@
-"""R3 (issue 8): fuzzing the live service. Schemathesis generates requests for every operation of
+"""R3: fuzzing the live service. Schemathesis generates requests for every operation of
 the running server's own /openapi.json (a bounded number per operation in CI); every answer
 must be a non-5xx that the schema documents (status, content type, body). Then the hostile
 inputs a generator rarely finds: empty and whitespace-only text, 1 MB text, invalid UTF-8, lone
@@ -89,7 +89,7 @@ CASES = [
     ("lone surrogate in evidence", "/verify", b'{"claim": "x", "evidence": ["\\udfff"]}', 422, "invalid_input"),
     ("lone surrogate model name", "/classify", b'{"text": "a", "model": "\\ud800"}', 422, "unknown_model"),
     ("control characters", "/classify", {"text": "the team\u0000 won\u0007\u001b[31m \u202e!"}, 200, None),
-    # nothing visible after normalization: 422 (issue 16; it used to get a confident label)
+    # nothing visible after normalization: 422, not a confident label
     ("control characters only", "/entailment", {"premise": "\u0000\u0001", "hypothesis": "\u007f"}, 422,
      "invalid_input"),
     ("zero-width characters only", "/classify", {"text": "\u200b\u200d\ufeff"}, 422, "invalid_input"),
@@ -118,7 +118,7 @@ CASES = [
      422, "unknown_model"),
     ("model of another task", "/verify", {"claim": "a", "evidence": ["b"], "model": "topic"}, 422, "wrong_task"),
     ("model is a number", "/classify", {"text": "a", "model": 7}, 422, "invalid_input"),
-    # over ATTSERVE_MAX_TEXT_CHARS (100,000): refused before tokenizing (issue 16)
+    # over ATTSERVE_MAX_TEXT_CHARS (100,000): refused before tokenizing
     ("1 MB text", "/classify", {"text": MEGABYTE_TEXT, "model": "topic"}, 422, "invalid_input"),
     ("longest accepted text", "/classify", {"text": MEGABYTE_TEXT[:100_000], "model": "topic"}, 200, None),
 ]

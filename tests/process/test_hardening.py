@@ -1,5 +1,5 @@
-"""Issue 16: slow and oversized clients, expensive bodies, honest errors and metrics. Issue 33
-(second review): /v2 parsed within the limits, bounded explanation answers, the write timeout,
+"""Slow and oversized clients, expensive bodies, honest errors and metrics. From the second
+security review: /v2 parsed within the limits, bounded explanation answers, the write timeout,
 the 413 that closes, API keys, the Host allow-list, /v2 media types, memory handed back; the
 probes and the abuse mix of `bench/reliability.py` at CI size.
 
@@ -225,7 +225,7 @@ def test_drain_answers_a_stalled_body_at_once_with_json_503(service_bundles):
 # --- 9. /docs off -----------------------------------------------------------------------------
 
 def test_docs_are_off_unless_asked_for(service_bundles):
-    """Issue 33: Swagger UI and ReDoc load their scripts from a CDN: off by default."""
+    """Swagger UI and ReDoc load their scripts from a CDN: off by default."""
     async def scenario():
         out = []
         for over in ({}, {"docs": True}):
@@ -380,7 +380,7 @@ def test_slow_clients_short(service_bundles, tmp_path):
     assert result["passed"], result
 
 
-# --- issue 33: the Open Inference Protocol parses within the service's limits -------------------
+# --- the Open Inference Protocol parses within the service's limits -----------------------------
 
 def v2_error(r: httpx.Response, status: int) -> str:
     assert r.status_code == status, r.text
@@ -443,7 +443,7 @@ def test_v2_parse_failures_are_short_400s_in_the_protocols_form(service_bundles,
     assert [r for r in caplog.records if r.levelname == "ERROR"] == []
 
 
-# --- issue 33: explanation answers are bounded ---------------------------------------------------
+# --- explanation answers are bounded -------------------------------------------------------------
 
 def test_explanations_describe_the_kept_tokens_and_count_the_cut_ones(service_bundles):
     async def scenario():
@@ -476,7 +476,7 @@ def test_an_answer_over_max_answer_bytes_is_422_naming_the_setting(service_bundl
     assert "over 4000 (limit set by ATTSERVE_MAX_ANSWER_BYTES)" in message and "explain" in message
 
 
-# --- issue 33: an answer nobody reads is dropped at the write timeout ------------------------------
+# --- an answer nobody reads is dropped at the write timeout ----------------------------------------
 
 def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_server):
     # a client that reads nothing; its answer (~590 KB, 64 explanations) is far more than the
@@ -497,7 +497,7 @@ def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_serv
     assert r.status_code == 200 and len(r.content) == length
 
 
-# --- issue 33: the connection closes after a 413 ----------------------------------------------------
+# --- the connection closes after a 413 --------------------------------------------------------------
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_413_closes_the_connection_however_slowly_the_body_comes(guarded_server, chunked):
@@ -528,7 +528,7 @@ def test_a_413_closes_the_connection_however_slowly_the_body_comes(guarded_serve
     assert closed_after < 1.0, closed_after
 
 
-# --- issue 33: optional API keys ------------------------------------------------------------------
+# --- optional API keys ----------------------------------------------------------------------------
 
 KEY = "test-key-0123456789abcdef"
 NLI_INFER = {"inputs": [{"name": "premise", "shape": [1], "datatype": "BYTES", "data": ["a man sleeps"]},
@@ -625,7 +625,7 @@ def test_api_keys_come_from_a_file_and_are_never_shown(tmp_path):
         Settings(api_keys_file=keys)
 
 
-# --- issue 33: Host allow-list, /v2 media types -------------------------------------------------
+# --- Host allow-list, /v2 media types -----------------------------------------------------------
 
 def test_a_host_outside_the_allow_list_is_400_but_health_stays_open(service_bundles):
     async def scenario():
@@ -665,7 +665,7 @@ def test_v2_infer_refuses_the_content_types_a_web_page_sends_without_preflight(s
     assert [r.status_code for r in accepted] == [200, 200, 200]
 
 
-# --- issue 33: memory freed by a burst goes back to the OS ------------------------------------------
+# --- memory freed by a burst goes back to the OS ----------------------------------------------------
 
 def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path):
     """glibc keeps what a burst of explanation requests freed inside its heaps (RSS stayed
@@ -690,7 +690,7 @@ def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path
     assert growth[0.5] < 100 and growth[0] > 2 * growth[0.5], growth
 
 
-# --- issue 33: the probes and the abuse mix at CI size (full size: bench/reliability.py probes / abuse)
+# --- the probes and the abuse mix at CI size (full size: bench/reliability.py probes / abuse)
 
 def test_probes_short(service_bundles, tmp_path):
     result = reliability.run_probes(service_bundles, tmp_path, unread_clients=8, write_timeout_s=1)

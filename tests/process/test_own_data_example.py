@@ -1,4 +1,4 @@
-"""The README's "Train and serve your own model", end to end on examples/own-data (issue 17):
+"""The README's "Train and serve your own model", end to end on examples/own-data:
 CSV -> `attserve train` (a tiny model, seconds on CPU) -> `attserve export` -> served beside a
 bundled model from a second repository -> the answer names its label."""
 
@@ -57,7 +57,7 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, mon
     again = runner.invoke(app, ["export", str(checkpoint), "--out", str(own / "support-tickets")])
     assert again.exit_code == 2 and "--force" in again.output
 
-    # `attserve card` on your own model (issue 35): without the recipe it says what to pass, in
+    # `attserve card` on your own model: without the recipe it says what to pass, in
     # one line; with it, it scores the recipe's own dev/test files and fits the temperature on dev
     bundle = own / "support-tickets"
     config_before = (bundle / "config.json").read_text()
@@ -116,7 +116,7 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, mon
     assert listed["tasks"]["classification"]["default"] == "bbc-act"
     assert "config.json" in listed["tasks"]["classification"]["default_reason"]
     assert sorted(m["name"] for m in listed["models"]) == ["bbc-act", "support-tickets"]
-    # no local directory of the training machine in what a client sees (issue 35)
+    # no local directory of the training machine in what a client sees
     assert str(ROOT) not in str(listed) and str(tmp_path) not in str(listed)
 
 

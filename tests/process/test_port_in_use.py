@@ -1,4 +1,4 @@
-"""Issue 35: a port already in use exits with its own code (4), not 3 (a bundle that fails to
+"""A port already in use exits with its own code (4), not 3 (a bundle that fails to
 load), in one line, before any bundle loads."""
 
 from __future__ import annotations

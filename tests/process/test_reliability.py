@@ -1,4 +1,4 @@
-"""Reliability and security of the real service (issue 8), at CI size.
+"""Reliability and security of the real service, at CI size.
 
 R1 isolation, R2 overload and R4 graceful shutdown run the scenario functions of
 bench/reliability.py (the long runs use the same code at full size) against `python -m
@@ -144,7 +144,7 @@ def broken_repository(service_bundles: Path, root: Path) -> dict[str, str]:
 
 def test_broken_bundles_are_refused_at_start_and_never_ready(service_bundles, tmp_path):
     named = broken_repository(service_bundles, tmp_path / "repo")
-    # partial start-up allowed (issue 17), so the broken bundles are listed as failed
+    # partial start-up allowed, so the broken bundles are listed as failed
     server = reliability.ServiceProcess(tmp_path / "repo", tmp_path / "service.log", allow_partial_start="true")
     with server.start(ready=False):
         for _ in range(300):
@@ -161,7 +161,7 @@ def test_broken_bundles_are_refused_at_start_and_never_ready(service_bundles, tm
     failures = {r["model"]: r["error"] for r in server.log_records() if r["message"] == "model failed to load"}
     assert set(failures) == set(named)
     for name, file in named.items():
-        # the log names the full path; /v1/models only the path inside the repository (issue 16)
+        # the log names the full path; /v1/models only the path inside the repository
         assert file in failures[name], (name, failures[name])
         inside = str(Path(file).relative_to(tmp_path / "repo"))
         assert inside in models[name]["error"] and str(tmp_path) not in models[name]["error"], models[name]
@@ -206,8 +206,8 @@ def test_altered_tokenizer_is_refused_by_its_checksum_naming_the_file(service_bu
 
 
 def test_weights_in_an_external_data_file_are_refused(service_bundles, tmp_path):
-    """Issue 33: a model.onnx that keeps its weights in a weights.bin beside it (config.json
-    vouching for model.onnx only) is refused; before, it loaded, and zeroing weights.bin changed
+    """A model.onnx that keeps its weights in a weights.bin beside it (config.json
+    vouching for model.onnx only) is refused: otherwise zeroing weights.bin would change
     the answers under the same version and model_sha256."""
     onnx = pytest.importorskip("onnx")
     from core.bundle import BundleError, load_bundle

@@ -1,6 +1,6 @@
 """bench/service_floor_app.py (the service minus the model) starts as a process, as bench.ab and
-the bench suite run it, and answers the task endpoints with its constant answer (issue 37: it
-once failed at start-up and no test noticed)."""
+the bench suite run it, and answers the task endpoints with its constant answer (a start-up failure
+of this app would otherwise go unnoticed)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Start-up fails fast on configuration mistakes, a task without a model is 404, and the
-default model of a task is explicit or stated (issue 17)."""
+default model of a task is explicit or stated."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The answers' out-of-domain signal, `unknown_token_share` (issue 35, docs/answers.md), on the
+"""The answers' out-of-domain signal, `unknown_token_share` (docs/answers.md), on the
 shipped bundles: text made of words the model never saw scores high whatever the label's
 confidence, text of the model's own domain low, and the figure is the explanation's own
 count of `unknown` tokens."""

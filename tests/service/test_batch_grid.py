@@ -1,4 +1,4 @@
-"""Issue 36 on CPU: the CUDA provider options handed to onnxruntime, DEVICE=cuda refusing a silent
+"""CUDA support checked on CPU: the CUDA provider options handed to onnxruntime, DEVICE=cuda refusing a silent
 CPU fallback, and the batch grid (batches padded in the batch dimension to 1, 2, 4, ... max batch
 size as well as in length): a row's answer does not depend on the padding rows, they never reach
 an answer, and under random mixed traffic onnxruntime sees grid shapes only."""

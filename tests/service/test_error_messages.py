@@ -1,4 +1,4 @@
-"""Error messages in the service's own words (issue 17): where (the JSON path), what was
+"""Error messages in the service's own words: where (the JSON path), what was
 wrong and what to send; pydantic's phrasing never reaches a client; a body sent without the
 JSON content-type is named as such."""
 

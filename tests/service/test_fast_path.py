@@ -1,4 +1,4 @@
-"""The task endpoints' hot path (service.entry, issue 37): a valid JSON body is answered
+"""The task endpoints' hot path (service.entry): a valid JSON body is answered
 without FastAPI's route (its dependency layer and second body read), anything else falls
 through to that route, whose answers and error bodies are the contract; the OpenAPI schema is
 FastAPI's, unchanged. A disconnect watcher starts only for a request still waiting after

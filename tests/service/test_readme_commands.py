@@ -1,5 +1,5 @@
 """Every `curl` line of the README's API section that has no body (`-d`) answers as its comment
-says, against the bundled models served in process (issue 35: every command in the README is
+says, against the bundled models served in process (every command in the README is
 run by a test; the lines with a body are checked, answer by answer, in test_shipped_models.py,
 the own-data commands in test_own_data_example.py and test_readme_newcomer.py, the tritonclient
 snippet in test_open_inference_protocol.py)."""

@@ -296,7 +296,7 @@ def test_settings_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTSERVE_DEVICE", "cpu")
     s = Settings()
     assert s.models == ["topic", "nli"] and s.max_batch_size == 7 and s.model_repository == [tmp_path]
-    # several repositories: commas or colons (issue 17)
+    # several repositories: commas or colons
     monkeypatch.setenv("ATTSERVE_MODEL_REPOSITORY", f"{tmp_path}/a, {tmp_path}/b:{tmp_path}/c")
     assert Settings().model_repository == [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
     monkeypatch.setenv("ATTSERVE_MODEL_REPOSITORY", str(tmp_path))

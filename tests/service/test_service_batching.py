@@ -181,12 +181,12 @@ def test_altered_bundle_is_refused_and_named(service_bundles, tmp_path, caplog):
         async with running_app(Settings(model_repository=repo, allow_partial_start=True)) as (app, client):
             assert_error(await client.get("/health/ready"), 503, "not_ready")
             models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
-            # clients see the path inside the repository, never the server's (issue 16); the log keeps it
+            # clients see the path inside the repository, never the server's; the log keeps it
             assert models["nli"]["status"] == "failed" and "nli/model.onnx" in models["nli"]["error"]
             assert str(tmp_path) not in models["nli"]["error"]
             assert models["sentiment"]["status"] == "ready"
             # the healthy model keeps serving; the broken one answers 503 when named, and its
-            # task, with no model left, 404 (issue 17: not a 503 a load balancer would retry)
+            # task, with no model left, 404 (not a 503 a load balancer would retry)
             assert (await client.post("/classify", json={"text": "fine"})).status_code == 200
             assert_error(await client.post("/entailment", json={"premise": "a", "hypothesis": "b", "model": "nli"}),
                          503, "not_ready")

@@ -1,6 +1,6 @@
-"""`attserve bench --device cuda` (bench/gpu.py, issue 36) on a machine without CUDA: it stops
+"""`attserve bench --device cuda` (bench/gpu.py) on a machine without CUDA: it stops
 before loading or writing anything, naming the missing provider; and its plan covers the arms
-the issue asks for."""
+it is meant to measure."""
 
 from __future__ import annotations
 

@@ -257,7 +257,7 @@ def test_load_from_files_labels_and_checksums(tmp_path: Path) -> None:
     splits = load_from_files(train, dev, test, "text-csv", name="mail")
     assert splits.task == "classification" and splits.labels == ["spam", "ham"]  # first seen in train
     assert splits.checksums["train.csv"] == hashlib.sha256(train.read_bytes()).hexdigest()
-    # file names only (issue 35): the description and checksums travel into the bundle, /v1/models
+    # file names only: the description and checksums travel into the bundle, /v1/models
     assert splits.description == "text-csv files: train.csv, dev.csv, test.csv"
     assert str(tmp_path) not in repr((splits.description, splits.checksums))
     assert load_from_files(train, dev, test, "text-csv", labels=["ham", "spam"]).labels == ["ham", "spam"]

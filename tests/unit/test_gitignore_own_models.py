@@ -1,4 +1,4 @@
-"""Issue 35: the README's own-data section writes bundles to my-models/; git ignores it."""
+"""The README's own-data section writes bundles to my-models/; git ignores it."""
 
 import subprocess
 from pathlib import Path

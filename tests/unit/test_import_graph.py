@@ -1,5 +1,5 @@
 """The packages' imports run one way: no import circle inside models/, training/, export/ or
-service/ (issue 34). Every `import` counts, also those inside functions, which is how a circle
+service/. Every `import` counts, also those inside functions, which is how a circle
 usually hides ("import it lazily"). Reads the source with `ast`; imports nothing."""
 
 from __future__ import annotations
@@ -131,8 +131,8 @@ def test_no_test_reaches_into_tools_through_sys_path():
 
 @pytest.mark.parametrize("package", ["core", "models", "training", "export", "service", "cli", "bench", "tests"])
 def test_nothing_imports_the_tools_folder(package):
-    """Issue 34: tools/ is run by hand, never imported (the bundle rewrites it held are
-    export.rewrite, `attserve bundle ...`), nor the scripts folder it replaced."""
+    """tools/ is run by hand, never imported (the bundle rewrites live in export.rewrite,
+    `attserve bundle ...`), nor is a scripts folder."""
     assert imported_roots(package).isdisjoint({"tools", "scripts"})
 
 

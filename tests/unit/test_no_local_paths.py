@@ -1,4 +1,4 @@
-"""Issue 35: no absolute local path in a bundle field a client sees (/v1/models, /ui), even in
+"""No absolute local path in a bundle field a client sees (/v1/models, /ui), even in
 a bundle exported before descriptions carried file names only."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 35: the README's own-data commands run as written after `make install-dev` (attserve
+"""The README's own-data commands run as written after `make install-dev` (attserve
 is in .venv/bin, not on PATH), and it states train's --force rule beside export's."""
 
 from pathlib import Path
@@ -41,7 +41,7 @@ def test_the_readme_minimal_recipe_is_the_schema_one():
 
 
 def test_the_readme_stays_a_users_page():
-    """At most 350 lines (issue 35): benchmarks, paper reproduction, model training details and
+    """At most 350 lines: benchmarks, paper reproduction, model training details and
     development live under docs/, and every docs/ page the README links exists."""
     import re
 

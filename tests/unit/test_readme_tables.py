@@ -1,5 +1,5 @@
 """The tables of the README and of the docs it links (docs/models.md, docs/performance.md) equal
-what the shipped bundles and the bench record (issue 21): the README's "Bundled models" table (test accuracy from `card.in_domain`, train/test sizes, parity
+what the shipped bundles and the bench record: the README's "Bundled models" table (test accuracy from `card.in_domain`, train/test sizes, parity
 `parity.max_abs_diff`, the float16 footnote) and the out-of-domain table (`card.ood_dev`,
 `card.unknown_token_share`), each figure rounded as printed; and the Performance section's
 ratio table (measured, target, met, and the quoted A / B figures) against

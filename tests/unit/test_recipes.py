@@ -182,10 +182,10 @@ def test_command_module_imports_no_torch():
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 35: the minimal recipe uses pretrained vectors and vocabulary by default; the recipes that
+# The minimal recipe uses pretrained vectors and vocabulary by default; the recipes that
 # relied on the old defaults spell them out; every option is documented from the schema.
 
-# Defaults issue 35 changed, with their value before: a recipe that leaves one of these keys out
+# Defaults that changed, with their value before: a recipe that leaves one of these keys out
 # would now train differently, so every recipe here must either set it or be unaffected.
 OLD_DEFAULTS = {("embeddings", "glove"): False, ("tokenizer", "pretrained_vocab"): 0,
                 ("embeddings", "tuned_channel"): False, ("tokenizer", "oov_buckets"): 0}
@@ -229,7 +229,7 @@ def test_the_minimal_recipe_uses_glove_and_a_pretrained_vocabulary_by_default():
 
 @pytest.mark.parametrize("path", ALL_RECIPE_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_existing_recipes_keep_the_values_they_trained_with(path):
-    """Every recipe in the repository trains as before issue 35: a key whose default changed is
+    """Every recipe in the repository trains as it did before: a key whose default changed is
     either set in the file or would have resolved to the same value."""
     import tomllib
 

@@ -590,7 +590,7 @@ def test_a_mixed_dataset_selects_on_the_mean_of_its_sources_dev_accuracies(tmp_p
 
 
 def test_offline_without_the_glove_package_train_says_how_to_turn_it_off(tmp_path, monkeypatch):
-    """GloVe is the default (issue 35): where it cannot be fetched, `attserve train` stops with
+    """GloVe is the default: where it cannot be fetched, `attserve train` stops with
     one error line naming `glove = false`, before training, and writes no checkpoint."""
     import training.embeddings
     from typer.testing import CliRunner

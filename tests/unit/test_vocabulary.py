@@ -335,7 +335,7 @@ def test_the_tuned_channel_trains_seen_rows_and_repeats_static_vectors_for_unsee
     assert torch.equal(embedded[1], torch.cat([static[vocab[words[0]]], tuned[vocab[words[0]]]]))
     with pytest.raises(ValueError, match="tuned_channel needs"):
         Recipe.model_validate({**recipe.model_dump(), "tokenizer": {"pretrained_vocab": 10, "oov_buckets": 0}})
-    # left out, the buckets follow the tuned channel (issue 35's defaults)
+    # left out, the buckets follow the tuned channel
     assert Recipe.model_validate({**recipe.model_dump(), "tokenizer": {"pretrained_vocab": 10}}).tokenizer.oov_buckets == 1000
 
 
