@@ -4,12 +4,13 @@
 # write its model card (`attserve card`: needs ../shared/data/ood-dev or $ATTSERVE_OOD_DIR for the
 # out-of-domain figures).
 # <name> is the recipe's own `name` field. Training is hours of CPU in all: each recipe states
-# its measured wall time. A recipe that starts from another's checkpoint ([train] init_from) is
-# trained after it; a recipe with `ship = false` is trained (others start from it) but not exported;
+# its measured wall time. A recipe that starts from another's checkpoint ([train] init_from) or
+# averages with one ([train] average_with) is trained after it; a recipe with `ship = false` is
+# trained (others start from it) but not exported;
 # a recipe with `default = true` gets `"default": true` in its bundle's config.json (its task's
 # default model, service/settings.py).
 #
-#   tools/make_models.sh                        # every recipes/*.toml, each after its init_from
+#   tools/make_models.sh                        # every recipes/*.toml, each after the ones it needs
 #   tools/make_models.sh recipes/bbc-act.toml   # just these, in the order given
 #
 # Environment: ATTSERVE (the CLI, default "python -m cli.main"), CHECKPOINTS (default
@@ -37,15 +38,17 @@ by_name = {}
 for path in paths:
     recipe = tomllib.load(open(path, "rb"))
     by_name[recipe["name"]] = path
-    parent[recipe["name"]] = recipe.get("train", {}).get("init_from")
+    train = recipe.get("train", {})
+    parent[recipe["name"]] = [n for n in (train.get("init_from"), train.get("average_with")) if n]
 order, done = [], set()
 def visit(name, seen=()):
     if name in seen:
-        sys.exit(f"init_from cycle through {name}")
+        sys.exit(f"init_from/average_with cycle through {name}")
     if name in done:
         return
-    if parent[name] in by_name:
-        visit(parent[name], (*seen, name))
+    for first in parent[name]:
+        if first in by_name:
+            visit(first, (*seen, name))
     done.add(name)
     order.append(by_name[name])
 for name in parent:
@@ -64,10 +67,11 @@ fi
 for recipe in "${recipes[@]}"; do
     # the recipe's name, whether it ships, and the recipe whose checkpoint it starts from ([train]
     # init_from; trained earlier in this loop), if any
-    fields="$(python -c 'import sys, tomllib; r = tomllib.load(open(sys.argv[1], "rb")); print(r["name"], int(r.get("ship", True)), int(r.get("default", False)), r.get("train", {}).get("init_from", ""))' "$recipe")"
-    read -r name ship default init <<< "$fields"
+    fields="$(python -c 'import sys, tomllib; r = tomllib.load(open(sys.argv[1], "rb")); t = r.get("train", {}); print(r["name"], int(r.get("ship", True)), int(r.get("default", False)), t.get("init_from", "-"), t.get("average_with", "-"))' "$recipe")"
+    read -r name ship default init average <<< "$fields"
     train_flags=()
-    if [[ -n "$init" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi
+    if [[ "$init" != "-" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi
+    if [[ "$average" != "-" ]]; then train_flags+=(--average-with "${CHECKPOINTS}/${average}"); fi
     echo "== ${name}: training ${recipe}" >&2
     "${ATTSERVE[@]}" train "$recipe" --out "${CHECKPOINTS}/${name}" --device "${DEVICE:-auto}" --force "${train_flags[@]}"
     if [[ "$ship" == 0 ]]; then

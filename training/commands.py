@@ -45,6 +45,17 @@ def _print_metrics(title: str, metrics: dict[str, Any]) -> None:
         console.print(table)
 
 
+def _recipe_checkpoint(name: str, relation: str, other: str, option: str) -> Path:
+    """checkpoints/<other>, the checkpoint recipe `name` needs, or a usage error saying so."""
+    from training.checkpoint import WEIGHTS_FILE
+
+    path = Path("checkpoints") / other
+    if not (path / WEIGHTS_FILE).is_file():
+        raise typer.BadParameter(f"{name} {relation} the checkpoint of recipe {other!r}, not found at {path}: train that "
+                                 "recipe first, or pass its checkpoint directory", param_hint=option)
+    return path
+
+
 def train(
     recipe: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Recipe TOML, e.g. recipes/snli-attconv-light.toml.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Checkpoint directory (default: checkpoints/<recipe name>).")] = None,
@@ -56,6 +67,7 @@ def train(
     device: Annotated[str, typer.Option(help="cpu, cuda or auto (CUDA when torch sees a GPU).")] = "cpu",
     glove_file: Annotated[Optional[Path], typer.Option(help="GloVe text file to use instead of the pinned package (recipes with glove = true).")] = None,
     init_from: Annotated[Optional[Path], typer.Option("--init-from", exists=True, file_okay=False, help="Start from this checkpoint's weights (same recipe network and vocabulary), e.g. to fine-tune on changed data.")] = None,
+    average_with: Annotated[Optional[Path], typer.Option("--average-with", exists=True, file_okay=False, help="Average this checkpoint's weights in ([train] average_with; default: checkpoints/<its recipe name>).")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the recipe's learning rate.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace the checkpoint already at --out.")] = False,
     data_dir: DataDir = None,
@@ -75,19 +87,17 @@ def train(
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         typer.echo(f"{out} already exists; pass --force to replace it (or choose another --out)", err=True)
         raise typer.Exit(2)
+    # a recipe that starts from (or averages with) another recipe's checkpoint finds it where
+    # `train` writes it by default
     if init_from is None and loaded.train.init_from:
-        # the recipe starts from another recipe's checkpoint, found where `train` writes it by default
-        init_from = Path("checkpoints") / loaded.train.init_from
-        from training.checkpoint import WEIGHTS_FILE
-
-        if not (init_from / WEIGHTS_FILE).is_file():
-            raise typer.BadParameter(
-                f"{loaded.name} starts from the checkpoint of recipe {loaded.train.init_from!r}, not found at {init_from}: "
-                f"train that recipe first, or pass its checkpoint directory", param_hint="--init-from")
+        init_from = _recipe_checkpoint(loaded.name, "starts from", loaded.train.init_from, "--init-from")
+    if average_with is None and loaded.train.average_with:
+        average_with = _recipe_checkpoint(loaded.name, "averages with", loaded.train.average_with, "--average-with")
     from training.trainer import VectorsUnavailable
 
     try:
-        result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from)
+        result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from,
+                           average_with=average_with)
     except VectorsUnavailable as exc:  # offline without the GloVe package: say how to go on, no traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -218,7 +218,9 @@ class TrainSection(_Strict):
     """The optimisation."""
 
     seed: int = Field(0, description="Seed of every random draw (initialisation, shuffling, dropout, subsets): same seed, data and threads give the same weights on CPU.")
-    epochs: int = Field(10, ge=1, description="Passes over the training split (at most: early stopping may end sooner).")
+    epochs: int = Field(10, ge=0, description=(
+        "Passes over the training split (at most: early stopping may end sooner); 0 only with average_with (the "
+        "checkpoint is then the average, evaluated as a trained one is)."))
     batch_size: int = Field(32, ge=1, description="Training examples per optimiser step.")
     optimizer: Literal["adagrad", "adam", "adamw", "sgd"] = Field("adam", description="The optimiser.")
     lr: float = Field(1e-3, gt=0, description="Learning rate.")
@@ -249,11 +251,25 @@ class TrainSection(_Strict):
     init_labels: dict[str, str] | None = Field(None, description=(
         "With init_from: maps each label of this recipe's data to the checkpoint label whose output row it starts from "
         "(needed when the labels differ)."))
+    average_with: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description=(
+        "Weight-space averaging (WiSE-FT, Wortsman et al. 2022): once init_from's weights are loaded, every weight becomes "
+        "(1 - average_weight) x init_from's + average_weight x this checkpoint's (a recipe name, found at checkpoints/NAME, "
+        "or `attserve train --average-with DIR`): the same network and vocabulary, typically a model fine-tuned from "
+        "init_from for another goal. Needs init_from; with epochs = 0 nothing is trained."))
+    average_weight: float = Field(0.5, gt=0, lt=1, description="With average_with: the share of its weights in the average.")
 
     @model_validator(mode="after")
     def _momentum_for_sgd(self) -> "TrainSection":
         if self.momentum and self.optimizer != "sgd":
             raise ValueError(f"momentum applies to sgd only, not {self.optimizer}")
+        return self
+
+    @model_validator(mode="after")
+    def _averaging_needs_a_start(self) -> "TrainSection":
+        if self.average_with is not None and self.init_from is None:
+            raise ValueError("[train] average_with needs init_from (the checkpoint it is averaged with)")
+        if self.epochs == 0 and self.average_with is None:
+            raise ValueError("[train] epochs = 0 trains nothing; it needs average_with (the checkpoint is the average)")
         return self
 
 

@@ -20,6 +20,7 @@ networks allow because an example's output never depends on its padding.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -417,6 +418,21 @@ def _initial_tokenizer(checkpoint_dir: str | Path, pretrained_vocab: int) -> Tok
     return tokenizer
 
 
+def _average_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | Path, labels: Sequence[str],
+                     cfg: TrainSection) -> None:
+    """Average `checkpoint_dir`'s weights into `network`, in place: w = (1 - a) w + a w_other,
+    a = cfg.average_weight. The other checkpoint passes the same checks as a starting one (its
+    vocabulary, network config and labels), so the two rows averaged always mean the same word."""
+    other = copy.deepcopy(network)
+    _load_initial_weights(other, tokenizer, checkpoint_dir, labels, cfg.init_labels)
+    share = cfg.average_weight
+    with torch.no_grad():
+        for name, weight in network.state_dict().items():
+            if weight.is_floating_point():
+                weight.mul_(1.0 - share).add_(other.state_dict()[name], alpha=share)
+    log.info("weights averaged", extra={"with": str(checkpoint_dir), "weight": share})
+
+
 def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | Path, labels: Sequence[str],
                           init_labels: dict[str, str] | None = None) -> None:
     """Copy a checkpoint's weights into `network`, refusing one built for another vocabulary or
@@ -646,12 +662,15 @@ def train(
     device: str = "cpu",
     init_from: str | Path | None = None,
     select_metric: Callable[[np.ndarray], float] | None = None,
+    average_with: str | Path | None = None,
 ) -> TrainResult:
     """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
     data (tests, notebooks); `threads` defaults to every core this process may use; `device`
     is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way).
     `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
-    (fine-tuning on changed data); its network config must equal the recipe's.
+    (fine-tuning on changed data); its network config must equal the recipe's. `average_with`
+    (a checkpoint of the same network and vocabulary) is then averaged in, weight by weight
+    ([train] average_weight); with epochs = 0 the average is the checkpoint.
     `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
     dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric); for a
     mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
@@ -697,6 +716,8 @@ def train(
         del vectors
     if init_from is not None:
         _load_initial_weights(network, tokenizer, init_from, labels, cfg.init_labels)
+    if average_with is not None:
+        _average_weights(network, tokenizer, average_with, labels, cfg)
     network.to(target)
     params = [p for p in network.parameters() if p.requires_grad]
     log.info(

@@ -1,6 +1,7 @@
 """tools/make_models.sh (`make models`) on a folder of small recipes with a stand-in CLI that
-records its calls: every recipe is trained, each after the recipe whose checkpoint it starts from
-([train] init_from, passed as --init-from) although name order says otherwise; only `ship = true`
+records its calls: every recipe is trained, each after the recipes whose checkpoints it starts
+from or averages with ([train] init_from / average_with, passed as --init-from / --average-with)
+although name order says otherwise; only `ship = true`
 recipes are exported and carded; the bundles of `default = true` recipes come out marked
 `"default": true` (right after "name", where the shipped configs have it), the others unmarked.
 Seconds: no training happens."""
@@ -32,6 +33,7 @@ RECIPES = {
     "alpha-child": 'default = true\n[train]\ninit_from = "zeta-base"\n',
     "beta-grandchild": '[train]\ninit_from = "alpha-child"\n',
     "mid-plain": '',
+    "aaa-soup": '[train]\ninit_from = "alpha-child"\naverage_with = "mid-plain"\nepochs = 0\n',
 }
 
 
@@ -59,15 +61,18 @@ def test_make_models_orders_by_init_from_ships_and_marks_defaults(tmp_path):
     lines, repo = run_make_models(tmp_path)
     assert lines[0] == "data"
     trained = [line.split()[1] for line in lines if line.startswith("train ")]
-    assert trained == ["recipes/zeta-base.toml", "recipes/alpha-child.toml", "recipes/beta-grandchild.toml", "recipes/mid-plain.toml"]
+    assert trained == ["recipes/zeta-base.toml", "recipes/alpha-child.toml", "recipes/mid-plain.toml", "recipes/aaa-soup.toml",
+                       "recipes/beta-grandchild.toml"]
     train_lines = {line.split()[1]: line for line in lines if line.startswith("train ")}
     assert "--init-from ckpt/zeta-base" in train_lines["recipes/alpha-child.toml"]
     assert "--init-from ckpt/alpha-child" in train_lines["recipes/beta-grandchild.toml"]
     assert "--init-from" not in train_lines["recipes/zeta-base.toml"] + train_lines["recipes/mid-plain.toml"]
+    assert "--init-from ckpt/alpha-child --average-with ckpt/mid-plain" in train_lines["recipes/aaa-soup.toml"]
+    assert "--average-with" not in "".join(v for k, v in train_lines.items() if k != "recipes/aaa-soup.toml")
 
     exported = [line.split("--out ")[1].split()[0] for line in lines if line.startswith("export ")]
     carded = [line.split()[1] for line in lines if line.startswith("card ")]
-    assert exported == carded == ["repo/alpha-child", "repo/beta-grandchild", "repo/mid-plain"]  # not zeta-base
+    assert exported == carded == ["repo/alpha-child", "repo/mid-plain", "repo/aaa-soup", "repo/beta-grandchild"]  # not zeta-base
     assert not (repo / "zeta-base").exists()
     configs = {name: json.loads((repo / name / "config.json").read_text()) for name in ("alpha-child", "beta-grandchild", "mid-plain")}
     assert list(configs["alpha-child"]) == ["format_version", "name", "default", "version", "task"]
@@ -80,6 +85,16 @@ def test_make_models_refuses_an_init_from_cycle(tmp_path, monkeypatch):
     try:
         run_make_models(tmp_path)
     except AssertionError as exc:
-        assert "init_from cycle" in str(exc)
+        assert "cycle through" in str(exc)
     else:
         raise AssertionError("a cycle of init_from was trained")
+
+
+def test_make_models_refuses_an_average_with_cycle(tmp_path, monkeypatch):
+    monkeypatch.setitem(RECIPES, "mid-plain", '[train]\ninit_from = "zeta-base"\naverage_with = "aaa-soup"\n')
+    try:
+        run_make_models(tmp_path)
+    except AssertionError as exc:
+        assert "cycle through" in str(exc)
+    else:
+        raise AssertionError("a cycle through average_with was trained")

@@ -24,7 +24,9 @@ DEFAULT_MODELS = {
     "snli-attconv-light",
     "wikiqa-attconv",
     "fever-attconv",
-    "fever-attconv-base",  # not shipped: fever-attconv starts from its checkpoint
+    "fever-attconv-base",  # not shipped: the first of fever-attconv's stages
+    "fever-attconv-tuned",  # not shipped: fever-attconv averages it with the next
+    "fever-attconv-debias",  # not shipped: fever-attconv averages it with the one before
     "bbc-act",
     "tweets-act",
 }
@@ -37,7 +39,7 @@ def test_every_default_model_has_a_recipe():
 def test_the_shipped_recipes_are_the_bundles_and_mark_the_same_defaults():
     """`make models` exports the `ship = true` recipes and marks the `default = true` ones: the
     repository holds exactly those bundles, with those defaults, one per task at most; a recipe
-    another starts from ([train] init_from) is in recipes/ too."""
+    another starts from or averages with ([train] init_from, average_with) is in recipes/ too."""
     import json
 
     recipes = {p.stem: load_recipe(p) for p in RECIPES}
@@ -48,6 +50,7 @@ def test_the_shipped_recipes_are_the_bundles_and_mark_the_same_defaults():
     assert len(tasks) == len(set(tasks)), "two defaults for one task"
     for recipe in recipes.values():
         assert recipe.train.init_from is None or recipe.train.init_from in recipes, recipe.name
+        assert recipe.train.average_with is None or recipe.train.average_with in recipes, recipe.name
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)

@@ -529,6 +529,38 @@ def test_init_from_starts_at_the_checkpoint_weights_and_keeps_its_vocabulary(tmp
         train(wider, tmp_path / "wider", progress=False, threads=1, splits=other_data, init_from=tmp_path / "first")
 
 
+def test_average_with_blends_two_checkpoints_weight_by_weight_without_training(tmp_path):
+    """[train] average_with, epochs = 0: the checkpoint is (1 - a) x init_from + a x average_with,
+    evaluated and written as a trained one; a checkpoint of another network is refused."""
+    data = make_splits("classification")
+    first = train(make_recipe("classification", epochs=2), tmp_path / "first", progress=False, threads=1, splits=data)
+    second = train(make_recipe("classification", lr=0.2, seed=3), tmp_path / "second", progress=False, threads=1,
+                   splits=data, init_from=tmp_path / "first")
+    recipe = make_recipe("classification", epochs=0, init_from="first", average_with="second", average_weight=0.25)
+    averaged = train(recipe, tmp_path / "avg", progress=False, threads=1, splits=data, init_from=tmp_path / "first",
+                     average_with=tmp_path / "second")
+    a, b, got = first.network.state_dict(), second.network.state_dict(), averaged.network.state_dict()
+    assert any(not torch.allclose(a[k], b[k]) for k in a)  # two different points to average
+    for k in a:
+        assert torch.allclose(got[k], 0.75 * a[k] + 0.25 * b[k], atol=1e-6), k
+    reloaded, meta = load_checkpoint(tmp_path / "avg")
+    assert all(torch.equal(reloaded.state_dict()[k], got[k]) for k in got)
+    assert meta.metrics["dev"]["accuracy"] == averaged.dev["accuracy"] and averaged.epochs_run == 0
+
+    train(make_recipe("classification", model={"embedding_dim": 16, "dropout": 0.0}), tmp_path / "wider",
+          progress=False, threads=1, splits=data)
+    with pytest.raises(ValueError, match="differs"):
+        train(recipe, tmp_path / "bad", progress=False, threads=1, splits=data, init_from=tmp_path / "first",
+              average_with=tmp_path / "wider")
+
+
+def test_average_with_needs_a_start_and_epochs_zero_needs_an_average():
+    with pytest.raises(ValueError, match="average_with needs init_from"):
+        make_recipe("classification", average_with="x")
+    with pytest.raises(ValueError, match="epochs = 0"):
+        make_recipe("classification", epochs=0)
+
+
 def test_an_entailment_checkpoint_starts_a_verification_network_with_its_label_rows(tmp_path):
     """[train] init_from across tasks: AttConv's verification network shares every weight with the
     entailment one, so with one evidence sentence and no training (lr ~ 0) it answers what the
