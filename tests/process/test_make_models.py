@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE_CLI = """#!/usr/bin/env bash
@@ -80,21 +82,15 @@ def test_make_models_orders_by_init_from_ships_and_marks_defaults(tmp_path):
     assert not any("default" in configs[name] for name in ("beta-grandchild", "mid-plain"))
 
 
-def test_make_models_refuses_an_init_from_cycle(tmp_path, monkeypatch):
-    monkeypatch.setitem(RECIPES, "zeta-base", '[train]\ninit_from = "beta-grandchild"\n')
+@pytest.mark.parametrize("name, recipe", [
+    ("zeta-base", '[train]\ninit_from = "beta-grandchild"\n'),  # through init_from
+    ("mid-plain", '[train]\ninit_from = "zeta-base"\naverage_with = "aaa-soup"\n'),  # through average_with
+], ids=["init_from", "average_with"])
+def test_make_models_refuses_a_cycle(tmp_path, monkeypatch, name, recipe):
+    monkeypatch.setitem(RECIPES, name, recipe)
     try:
         run_make_models(tmp_path)
     except AssertionError as exc:
         assert "cycle through" in str(exc)
     else:
-        raise AssertionError("a cycle of init_from was trained")
-
-
-def test_make_models_refuses_an_average_with_cycle(tmp_path, monkeypatch):
-    monkeypatch.setitem(RECIPES, "mid-plain", '[train]\ninit_from = "zeta-base"\naverage_with = "aaa-soup"\n')
-    try:
-        run_make_models(tmp_path)
-    except AssertionError as exc:
-        assert "cycle through" in str(exc)
-    else:
-        raise AssertionError("a cycle through average_with was trained")
+        raise AssertionError("a cycle of recipes was trained")

@@ -187,9 +187,24 @@ def test_freezing_needs_vectors_and_no_weight_decay():
 # Export: fp16 tables
 
 
+def assert_graph_matches(network, graph, vocab: int, also: int | None = None) -> None:
+    """The entailment graph at `graph` gives `network`'s logits (the network holds the same rounded
+    weights) on padded random ids; `also`: an id the batch must read."""
+    from export.parity import cpu_session, run_onnx, run_torch
+
+    rng = np.random.default_rng(1)
+    premise = rng.integers(1, vocab, size=(4, 11)); premise[0, 7:] = PAD_ID
+    if also is not None:
+        premise[1, 2] = also
+    hypothesis = rng.integers(1, vocab, size=(4, 5)); hypothesis[2, 3:] = PAD_ID
+    ids = [premise.astype(np.int64), hypothesis.astype(np.int64)]
+    expected = run_torch(network, ids)[0]
+    got = run_onnx(cpu_session(graph), "entailment", ids)[0]
+    assert np.abs(expected - got).max() < 1e-5
+
+
 def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
     from export.onnx_graph import export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
-    from export.parity import cpu_session, run_onnx, run_torch
     from models import build_network
 
     torch.manual_seed(0)
@@ -207,18 +222,11 @@ def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
     assert [t.data_type for t in tables] == [onnx.TensorProto.FLOAT16]
     assert half.stat().st_size < 0.6 * plain.stat().st_size
 
-    rng = np.random.default_rng(1)
-    premise = rng.integers(1, vocab, size=(4, 11)); premise[0, 7:] = PAD_ID
-    hypothesis = rng.integers(1, vocab, size=(4, 5)); hypothesis[2, 3:] = PAD_ID
-    ids = [premise.astype(np.int64), hypothesis.astype(np.int64)]
-    expected = run_torch(network, ids)[0]  # the network with the same rounded weights
-    got = run_onnx(cpu_session(half), "entailment", ids)[0]
-    assert np.abs(expected - got).max() < 1e-5
+    assert_graph_matches(network, half, vocab)
 
 
 def test_int8_embedding_tables_quarter_the_table_and_keep_parity(tmp_path):
     from export.onnx_graph import INT8_MAX, export_onnx, round_embeddings, store_embeddings
-    from export.parity import cpu_session, run_onnx, run_torch
     from export.rewrite.to_checkpoint import bundle_weights
     from models import build_network
 
@@ -247,13 +255,7 @@ def test_int8_embedding_tables_quarter_the_table_and_keep_parity(tmp_path):
     # to-checkpoint reads the int8 table back as the float32 weights the graph computes with
     assert torch.equal(bundle_weights(small)["embeddings.weight"], rounded)
 
-    rng = np.random.default_rng(1)
-    premise = rng.integers(1, vocab, size=(4, 11)); premise[0, 7:] = PAD_ID; premise[1, 2] = 7
-    hypothesis = rng.integers(1, vocab, size=(4, 5)); hypothesis[2, 3:] = PAD_ID
-    ids = [premise.astype(np.int64), hypothesis.astype(np.int64)]
-    expected = run_torch(network, ids)[0]  # the network with the same rounded weights
-    got = run_onnx(cpu_session(small), "entailment", ids)[0]
-    assert np.abs(expected - got).max() < 1e-5
+    assert_graph_matches(network, small, vocab, also=7)
 
 
 def test_int8_storage_refuses_a_table_that_was_not_rounded(tmp_path):
