@@ -46,6 +46,7 @@ from bench.servers import free_port
 from core.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config
 from core.tasks import TASKS
 from core.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder
+from service.schemas import TASK_SCHEMAS
 from service.settings import DEFAULT_MODEL_REPOSITORY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,18 +215,23 @@ class WorkloadMaker:
         return " ".join(words)
 
     def input_of(self, model: ModelSpec) -> dict:
-        lengths = model.max_lengths
-        if model.task == "classification":
-            return {"text": self._text(model, lengths["input_ids"])}
-        if model.task == "entailment":
-            return {"premise": self._text(model, lengths["premise_ids"]),
-                    "hypothesis": self._text(model, lengths["hypothesis_ids"])}
-        k = self.rng.randint(1, model.max_evidence)
-        return {"claim": self._text(model, lengths["claim_ids"]),
-                "evidence": [self._text(model, lengths["evidence_ids"]) for _ in range(k)]}
+        """One input of the model's task, a text per field (core.tasks); a list field gets 1 to
+        max_evidence texts."""
+        out: dict = {}
+        for field in TASKS[model.task].fields:
+            limit = model.max_lengths[field.input]
+            if field.many:
+                out[field.name] = [self._text(model, limit) for _ in range(self.rng.randint(1, model.max_evidence))]
+            else:
+                out[field.name] = self._text(model, limit)
+        return out
 
     def request(self, model: ModelSpec, inputs: int = 1) -> Request:
-        path = ENDPOINT_OF_TASK[model.task]
+        """A request of `inputs` inputs; a task without a batch form (rerank's TEI contract)
+        always gets one."""
+        path = TASKS[model.task].endpoint
+        if TASK_SCHEMAS[model.task].batch_answer is None:
+            inputs = 1
         xs = [self.input_of(model) for _ in range(inputs)]
         solo = tuple(json.dumps({**x, "model": model.name}) for x in xs)
         body = {**xs[0], "model": model.name} if inputs == 1 else {"inputs": xs, "model": model.name}
@@ -409,7 +415,15 @@ def status_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
 # --- answer checks --------------------------------------------------------------------------
 
 def answer_problem(answer: Any) -> str | None:
-    """Why an inference answer is not a complete prediction (None when it is)."""
+    """Why an inference answer is not a complete prediction, or for a ranking task (rerank,
+    TEI's answer) not a complete ranking of the texts, best first (None when it is)."""
+    if isinstance(answer, list):
+        if not all(isinstance(r, dict) and isinstance(r.get("score"), (int, float)) for r in answer):
+            return "a ranking entry without a score"
+        if sorted(r.get("index") for r in answer) != list(range(len(answer))):
+            return "the ranking does not list every text once"
+        scores = [r["score"] for r in answer]
+        return None if scores == sorted(scores, reverse=True) else "the ranking is not best first"
     if not isinstance(answer, dict):
         return "not a JSON object"
     scores = answer.get("scores")
@@ -422,14 +436,21 @@ def answer_problem(answer: Any) -> str | None:
     return None
 
 
-def answers_of(outcome: Outcome) -> list[dict]:
+def answers_of(outcome: Outcome) -> list:
+    """The answers of a request's inputs, in order (a ranking answers its one input)."""
     body = outcome.body
     return body["results"] if isinstance(body, dict) and "results" in body else [body]
 
 
-def difference(got: dict, solo: dict) -> float | None:
+def difference(got: dict | list, solo: dict | list) -> float | None:
     """Largest score difference between an answer and the solo answer of its input (None
-    when they disagree on anything but float noise: model, labels, truncation, evidence count)."""
+    when they disagree on anything but float noise: model, labels, truncation, evidence count;
+    for a ranking, the texts it ranks)."""
+    if isinstance(solo, list):
+        if not isinstance(got, list):
+            return None
+        mine, alone = {r["index"]: r["score"] for r in got}, {r["index"]: r["score"] for r in solo}
+        return max(abs(mine[i] - alone[i]) for i in alone) if mine.keys() == alone.keys() and alone else None
     if (got.get("model"), got.get("truncated"), list(got.get("scores", {}))) != \
             (solo.get("model"), solo.get("truncated"), list(solo.get("scores", {}))):
         return None
@@ -489,7 +510,7 @@ def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64,
             mismatches.append({"request": i, "why": f"{len(got)} answers for {len(request.solo)} inputs"})
             continue
         for k, (answer, body) in enumerate(zip(got, request.solo, strict=True)):
-            d = difference(answer, solo[body]) if isinstance(solo[body], dict) else None
+            d = difference(answer, solo[body]) if isinstance(solo[body], (dict, list)) else None
             if d is None or d > SCORE_TOLERANCE:
                 mismatches.append({"request": i, "input": k, "diff": d, "body": body[:200]})
             else:

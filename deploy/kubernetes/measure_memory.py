@@ -15,9 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,19 +22,21 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from bench.reliability import ServiceProcess  # noqa: E402  the one way the service is started as a process
+from core.tasks import TASKS  # noqa: E402
+from service.schemas import TASK_SCHEMAS  # noqa: E402
+from service.settings import Settings  # noqa: E402
+
 WORDS = "the quick brown fox jumps over the lazy dog near the river bank".split()
+# a full batch request: as many inputs as the service takes, within its characters per request
+MAX_INPUTS = Settings.model_fields["max_inputs_per_request"].default
+MAX_REQUEST_CHARS = Settings.model_fields["max_request_chars"].default
 
 
 def text_over(max_tokens: int) -> str:
-    """A text of more words than `max_tokens`, so the model cuts it to its longest shape (yet
-    64 of them stay under ATTSERVE_MAX_REQUEST_CHARS)."""
+    """A text of more words than `max_tokens`, so the model cuts it to its longest shape."""
     return " ".join(WORDS[i % len(WORDS)] for i in range(max_tokens + 8))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -50,20 +49,21 @@ def memory_mib(pid: int) -> dict[str, float]:
 
 
 def requests_for(models: list[dict]) -> list[tuple[str, dict]]:
-    """One single-item and one full batch (64 inputs at the longest shapes) per served model."""
+    """Per served model, one single-item request at its longest shapes (a list field filled to
+    its max_evidence) and, for a task with a batch form, the largest batch of them the service
+    accepts (its default max_inputs_per_request and max_request_chars)."""
     out = []
     for model in models:
-        task, name = model["task"], model["name"]
-        longest = {field.removesuffix("_ids"): text_over(n) for field, n in model["max_lengths"].items()}
-        if task == "classification":
-            path, item = "/classify", {"text": longest["input"]}
-        elif task == "entailment":
-            path, item = "/entailment", {"premise": longest["premise"], "hypothesis": longest["hypothesis"]}
-        else:
-            evidence = [longest["evidence"]] * (model.get("max_evidence") or 5)
-            path, item = "/verify", {"claim": longest["claim"], "evidence": evidence}
-        out.append((path, {**item, "model": name}))
-        out.append((path, {"inputs": [item] * 64, "model": name}))
+        task = TASKS[model["task"]]
+        item = {}
+        for field in task.fields:
+            text = text_over(model["max_lengths"][field.input])
+            item[field.name] = [text] * (model.get("max_evidence") or 5) if field.many else text
+        out.append((task.endpoint, {**item, "model": model["name"]}))
+        if TASK_SCHEMAS[task.name].batch_answer is not None:
+            chars = sum(len(t) for v in item.values() for t in (v if isinstance(v, list) else [v]))
+            inputs = min(MAX_INPUTS, MAX_REQUEST_CHARS // chars)
+            out.append((task.endpoint, {"inputs": [item] * inputs, "model": model["name"]}))
     return out
 
 
@@ -89,41 +89,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--model-repository", type=Path, default=REPO / "model_repository")
+    parser.add_argument("--log", type=Path, default=REPO / "runs" / "measure_memory.log", help="the service's log")
     args = parser.parse_args()
 
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTSERVE_")}
-    env.update(ATTSERVE_HOST="127.0.0.1", ATTSERVE_PORT=str(port), ATTSERVE_DEVICE="cpu",
-               ATTSERVE_MODEL_REPOSITORY=str(args.model_repository), ATTSERVE_LOG_LEVEL="WARNING")
-    url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env)
-    try:
-        started = time.monotonic()
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"service exited with {process.returncode}")
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - started > 300:
-                raise SystemExit("service not ready after 300 s")
-            time.sleep(0.2)
+    service = ServiceProcess(args.model_repository, args.log, inherit_settings=False, device="cpu", log_level="WARNING")
+    started = time.monotonic()
+    with service.start(timeout_s=300):
         ready_s = time.monotonic() - started
-        warm = memory_mib(process.pid)
-        models = httpx.get(f"{url}/v1/models", timeout=10).json()
-        models = models.get("models", models) if isinstance(models, dict) else models
-        statuses = asyncio.run(load(url, requests_for(models), args.seconds, args.concurrency))
-        loaded = memory_mib(process.pid)
-        print(json.dumps({
-            "models": len(models), "ready_s": round(ready_s, 1),
-            "after_warmup_mib": warm, "after_load_mib": loaded,
-            "load": {"seconds": args.seconds, "concurrency": args.concurrency, "statuses": statuses},
-        }, indent=2))
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+        warm = memory_mib(service.pid)
+        models = httpx.get(f"{service.base}/v1/models", timeout=10).json()["models"]
+        statuses = asyncio.run(load(service.base, requests_for(models), args.seconds, args.concurrency))
+        loaded = memory_mib(service.pid)
+    print(json.dumps({
+        "models": len(models), "ready_s": round(ready_s, 1),
+        "after_warmup_mib": warm, "after_load_mib": loaded,
+        "load": {"seconds": args.seconds, "concurrency": args.concurrency, "statuses": statuses},
+    }, indent=2))
 
 
 if __name__ == "__main__":

@@ -293,16 +293,20 @@ def test_probes_use_the_services_health_endpoints_on_its_port(rendered, service_
 
 
 def test_api_keys_come_from_an_optional_secret(rendered):
-    """Every overlay takes ATTSERVE_API_KEYS from the Secret attserve-api-keys, which
-    may be absent (no keys); the probes' paths need no key."""
+    """Every overlay and the KServe InferenceService take ATTSERVE_API_KEYS from the Secret
+    attserve-api-keys, which may be absent (no keys); the probes' paths need no key."""
     from service.auth import HEALTH_PATHS
 
-    for overlay, objects in rendered.items():
-        container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    containers = {overlay: only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+                  for overlay, objects in rendered.items()}
+    containers["kserve"] = inference_service()["spec"]["predictor"]["containers"][0]
+    for where, container in containers.items():
         (keys,) = [e for e in container["env"] if e["name"] == "ATTSERVE_API_KEYS"]
-        assert keys["valueFrom"]["secretKeyRef"] == {"name": "attserve-api-keys", "key": "keys", "optional": True}
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["httpGet"]["path"] in HEALTH_PATHS, (overlay, probe)
+        assert keys["valueFrom"]["secretKeyRef"] == {"name": "attserve-api-keys", "key": "keys", "optional": True}, where
+        # KServe's predictor has no startup probe (Knative waits on readiness)
+        probes = ("readinessProbe", "livenessProbe") if where == "kserve" else ("startupProbe", "readinessProbe", "livenessProbe")
+        for probe in probes:
+            assert container[probe]["httpGet"]["path"] in HEALTH_PATHS, (where, probe)
 
 
 def test_gpu_overlay_asks_for_one_gpu_and_the_gpu_image(rendered):

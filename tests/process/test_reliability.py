@@ -63,6 +63,49 @@ def test_answer_comparison_catches_a_swapped_answer():
     assert reliability.difference({**a, "model": "other"}, a) is None
 
 
+
+def test_ranking_answers_are_checked_and_compared_as_rankings():
+    """A rerank answer (TEI's list of {index, score}, best first) is complete only when it ranks
+    every text once, best first; against its solo answer each text's score is compared."""
+    ranking = [{"index": 1, "score": 0.9}, {"index": 0, "score": 0.2}, {"index": 2, "score": 0.2}]
+    assert reliability.answer_problem(ranking) is None
+    assert reliability.answer_problem([ranking[0], ranking[2]]) == "the ranking does not list every text once"
+    assert reliability.answer_problem([ranking[1], ranking[0], ranking[2]]) == "the ranking is not best first"
+    assert reliability.answer_problem([{"index": 0}]) == "a ranking entry without a score"
+    assert reliability.difference(ranking, ranking) == 0.0
+    noisy = [{"index": 1, "score": 0.9 + 3e-6}, {"index": 2, "score": 0.2}, {"index": 0, "score": 0.2}]
+    assert reliability.difference(noisy, ranking) < reliability.SCORE_TOLERANCE  # tie order is not a score
+    assert reliability.difference([{"index": 1, "score": 0.8}, *ranking[1:]], ranking) > reliability.SCORE_TOLERANCE
+    assert reliability.difference(ranking[:2], ranking) is None  # a text lost
+    assert reliability.difference({"label": "x", "scores": {"x": 1.0}}, ranking) is None
+
+
+def test_workload_covers_every_task_from_the_registry():
+    """The reliability workload builds each task's inputs from its fields (core.tasks): a list
+    field gets 1..max_evidence texts, and a task without a batch form (rerank) one input a
+    request."""
+    from core.tasks import TASKS
+
+    lengths = {name: {f.input: 12 for f in task.fields} for name, task in TASKS.items()}
+    models = [reliability.ModelSpec(f"m-{name}", name, lengths[name], 4, ("alpha", "beta", "gamma"))
+              for name in TASKS]
+    requests = reliability.WorkloadMaker(models, seed=3).mixed(200, multi_every=2, multi_inputs=3)
+    by_path = {}
+    for r in requests:
+        by_path.setdefault(r.path, []).append(r)
+    assert set(by_path) == {task.endpoint for task in TASKS.values()}
+    for name, task in TASKS.items():
+        for r in by_path[task.endpoint]:
+            inputs = r.body.get("inputs", [r.body])
+            assert len(inputs) == len(r.solo)
+            for x in inputs:
+                assert set(x) - {"model"} == set(task.field_names)
+                for f in task.fields:
+                    assert (isinstance(x[f.name], list) and 1 <= len(x[f.name]) <= 4) if f.many else isinstance(x[f.name], str)
+    assert all("inputs" not in r.body for r in by_path["/rerank"])
+    assert any("inputs" in r.body for r in by_path["/verify"])
+
+
 # --- R2 -------------------------------------------------------------------------------------
 
 def test_overload_sheds_with_429_and_recovers(service_bundles, tmp_path):
