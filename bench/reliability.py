@@ -43,6 +43,7 @@ import typer
 from tqdm import tqdm
 
 from bench.servers import free_port
+from bench.workloads import ENDPOINT_OF_TASK
 from core.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config
 from core.tasks import TASKS
 from core.tokenization import PAD_TOKEN, UNK_TOKEN, TextEncoder
@@ -53,7 +54,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("bench.reliability")
 
-ENDPOINT_OF_TASK = {name: task.endpoint for name, task in TASKS.items()}
 # each task's single-text fields (a list field's texts are built apart)
 TEXT_FIELDS = {name: tuple(f.name for f in task.fields if not f.many) for name, task in TASKS.items()}
 # Scores of a batched answer may differ from the solo answer by float reassociation only.

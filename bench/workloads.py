@@ -25,11 +25,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.tasks import TASKS
+
 log = logging.getLogger("bench.workloads")
 
 # Inputs per request in the "batch" request form (32-item `inputs` requests).
 BATCH_INPUTS = 32
-ENDPOINT_OF_TASK = {"classification": "/classify", "entailment": "/entailment", "verification": "/verify"}
+ENDPOINT_OF_TASK = {name: task.endpoint for name, task in TASKS.items()}
 
 
 @dataclass(frozen=True)

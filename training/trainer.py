@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from tokenizers import Tokenizer
 
 from models import TextClassifier, build_network
+from core.tasks import TASKS
 from core.tokenization import TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
@@ -835,7 +836,7 @@ def train(
         labels,
         architecture=recipe.model.architecture,
         max_lengths=dict(limits.max_lengths),
-        max_evidence=limits.max_evidence if splits.task == "verification" else None,
+        max_evidence=limits.max_evidence if TASKS[splits.task].list_field is not None else None,
         metrics={
             "dev": dev_metrics,
             "test": test_metrics,
