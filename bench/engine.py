@@ -145,10 +145,13 @@ def engine_requests(runtime, bodies: Path, concurrencies: list[int], seconds: fl
         batches = (metrics.registry.get_sample_value("attserve_batch_size_count", labels) or 0.0) - batches0
         items = (metrics.registry.get_sample_value("attserve_batch_size_sum", labels) or 0.0) - items0
         latencies.sort()
+
+        def percentile_ms(q: float) -> float | None:  # None: no request finished within the duration
+            return round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3) if latencies else None
+
         return {"concurrency": concurrency, "items_per_s": round(done / elapsed, 2),
                 "requests_per_s": round(len(latencies) / elapsed, 2),
-                "p50_ms": round(1000 * latencies[len(latencies) // 2], 3),
-                "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 3),
+                "p50_ms": percentile_ms(0.5), "p99_ms": percentile_ms(0.99),
                 "mean_batch_size": round(items / batches, 2) if batches else None, "seconds": round(elapsed, 3)}
 
     async def run_all() -> dict:
