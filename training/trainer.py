@@ -426,11 +426,11 @@ def _average_weights(network: TextClassifier, tokenizer, checkpoint_dir: str | P
     vocabulary, network config and labels), so the two rows averaged always mean the same word."""
     other = copy.deepcopy(network)
     _load_initial_weights(other, tokenizer, checkpoint_dir, labels, cfg.init_labels)
-    share = cfg.average_weight
+    share, theirs = cfg.average_weight, other.state_dict()
     with torch.no_grad():
         for name, weight in network.state_dict().items():
             if weight.is_floating_point():
-                weight.mul_(1.0 - share).add_(other.state_dict()[name], alpha=share)
+                weight.mul_(1.0 - share).add_(theirs[name], alpha=share)
     log.info("weights averaged", extra={"with": str(checkpoint_dir), "weight": share})
 
 
@@ -677,9 +677,13 @@ def train(
     mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
     per-source accuracies are recorded in the history and the metrics (`by_source`)."""
     started = time.perf_counter()
+    cfg = recipe.train
+    if cfg.average_with is not None and average_with is None:
+        # with epochs = 0 the checkpoint would silently be init_from's weights alone
+        raise ValueError(f"{recipe.name} averages with the checkpoint of {cfg.average_with!r}: pass its directory "
+                         "(average_with=, or `attserve train --average-with`)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = recipe.train
     threads = threads or available_cores()
     torch.set_num_threads(threads)
     target = resolve_device(device)

@@ -552,6 +552,8 @@ def test_average_with_blends_two_checkpoints_weight_by_weight_without_training(t
     with pytest.raises(ValueError, match="differs"):
         train(recipe, tmp_path / "bad", progress=False, threads=1, splits=data, init_from=tmp_path / "first",
               average_with=tmp_path / "wider")
+    with pytest.raises(ValueError, match="averages with the checkpoint of 'second'"):
+        train(recipe, tmp_path / "unaveraged", progress=False, threads=1, splits=data, init_from=tmp_path / "first")
 
 
 def test_average_with_needs_a_start_and_epochs_zero_needs_an_average():
