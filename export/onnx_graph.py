@@ -50,7 +50,7 @@ def dynamic_shapes(task: str) -> dict[str, dict[int, torch.export.Dim]]:
 
 # how export may store the embedding tables (a recipe's [embeddings] export_dtype)
 EMBEDDING_DTYPES = ("float32", "float16", "int8")
-# suffixes of an int8 table and of its per-row float16 scales (store_embeddings_int8)
+# suffixes of an int8 table and of its per-row float16 scales (store_embeddings, int8)
 INT8_SUFFIX = "__int8"
 SCALE_SUFFIX = "__scale"
 INT8_MAX = 127  # symmetric: -127..127, so a row's largest value maps to +-127 exactly
@@ -81,10 +81,6 @@ def round_embeddings(network: TextClassifier, dtype: str) -> list[tuple[int, int
                     weight.copy_(steps.clamp(-INT8_MAX, INT8_MAX) * scale)
                 shapes.append(tuple(weight.shape))
     return shapes
-
-
-def round_embeddings_to_fp16(network: TextClassifier) -> list[tuple[int, int]]:
-    return round_embeddings(network, "float16")
 
 
 def _int8_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,10 +154,6 @@ def store_embeddings(path: str | Path, shapes: list[tuple[int, int]], dtype: str
     onnx.save(model, str(path))
     log.info("embeddings stored", extra={"path": str(path), "tables": len(converted), "dtype": dtype})
     return len(converted)
-
-
-def store_embeddings_fp16(path: str | Path, shapes: list[tuple[int, int]]) -> int:
-    return store_embeddings(path, shapes, "float16")
 
 
 def export_onnx(network: TextClassifier, path: str | Path, opset: int = OPSET) -> Path:

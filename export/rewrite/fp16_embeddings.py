@@ -3,7 +3,7 @@
 `attserve export` does this itself for recipes with `[embeddings] export_dtype = "float16"`
 (it rounds the PyTorch tables first, so its parity check compares like with like). This rewrite
 is for bundles exported before that setting: it applies the same graph rewrite
-(`export.onnx_graph.store_embeddings_fp16`) to the shipped graph, measures the new graph against
+(`export.onnx_graph.store_embeddings`) to the shipped graph, measures the new graph against
 the old one on seeded random batches (the only change is the rounding of the tables), and
 records that beside the export's parity in config.json, with the new checksum and version.
 
@@ -23,7 +23,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from core.bundle import sha256_file
-from export.onnx_graph import store_embeddings_fp16
+from export.onnx_graph import store_embeddings
 from export.parity import onnx_feed, random_batches as parity_batches
 
 BATCH_SIZES = (1, 3, 17, 24, 64)
@@ -65,7 +65,7 @@ def convert(bundle: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         converted = Path(tmp) / "model.onnx"
         shutil.copyfile(model_path, converted)
-        store_embeddings_fp16(converted, shapes)
+        store_embeddings(converted, shapes, "float16")
         before = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
         after = ort.InferenceSession(str(converted), providers=["CPUExecutionProvider"])
         max_diff, mismatches, examples = 0.0, 0, 0

@@ -204,7 +204,7 @@ def assert_graph_matches(network, graph, vocab: int, also: int | None = None) ->
 
 
 def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
-    from export.onnx_graph import export_onnx, round_embeddings_to_fp16, store_embeddings_fp16
+    from export.onnx_graph import export_onnx, round_embeddings, store_embeddings
     from models import build_network
 
     torch.manual_seed(0)
@@ -212,10 +212,10 @@ def test_fp16_embedding_tables_halve_the_graph_and_keep_parity(tmp_path):
     network = build_network("attconv-light", task="entailment", vocab_size=vocab, num_labels=3,
                             embedding_dim=16, hidden_dim=8, head_hidden=8, dropout=0.0).eval()
     plain = export_onnx(network, tmp_path / "plain.onnx")
-    shapes = round_embeddings_to_fp16(network)
+    shapes = round_embeddings(network, "float16")
     assert shapes == [(vocab, 16)]
     half = export_onnx(network, tmp_path / "half.onnx")
-    assert store_embeddings_fp16(half, shapes) == 1
+    assert store_embeddings(half, shapes, "float16") == 1
 
     model = onnx.load(str(half))
     tables = [i for i in model.graph.initializer if list(i.dims) == [vocab, 16]]
