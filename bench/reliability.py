@@ -230,7 +230,7 @@ class WorkloadMaker:
         """A request of `inputs` inputs; a task without a batch form (rerank's TEI contract)
         always gets one."""
         path = TASKS[model.task].endpoint
-        if TASK_SCHEMAS[model.task].batch_answer is None:
+        if not TASK_SCHEMAS[model.task].has_batch_form:
             inputs = 1
         xs = [self.input_of(model) for _ in range(inputs)]
         solo = tuple(json.dumps({**x, "model": model.name}) for x in xs)

@@ -151,7 +151,7 @@ def add_task_route(task: Task) -> None:
     ], return_annotation=Any)
     route.__name__ = route.__qualname__ = task.label  # the OpenAPI operation id: `<label>_<label>_post`
     route.__doc__ = task.summary
-    answers = schemas.answer if schemas.batch_answer is None else Union[schemas.answer, schemas.batch_answer]
+    answers = Union[schemas.answer, schemas.batch_answer] if schemas.has_batch_form else schemas.answer
     router.add_api_route(task.endpoint, route, methods=["POST"], response_model=answers, responses=_ERRORS,
                          tags=["inference"])
 

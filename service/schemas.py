@@ -186,6 +186,10 @@ class TaskSchemas:
     batch_answer: type[BaseModel] | None = None
     answer_of: Callable[[Any, list[dict]], Any] | None = None
 
+    @property
+    def has_batch_form(self) -> bool:
+        return self.batch_answer is not None
+
 
 # --- labelled tasks: generated from the registry -------------------------------------------------
 

@@ -60,7 +60,7 @@ def requests_for(models: list[dict]) -> list[tuple[str, dict]]:
             text = text_over(model["max_lengths"][field.input])
             item[field.name] = [text] * (model.get("max_evidence") or 5) if field.many else text
         out.append((task.endpoint, {**item, "model": model["name"]}))
-        if TASK_SCHEMAS[task.name].batch_answer is not None:
+        if TASK_SCHEMAS[task.name].has_batch_form:
             chars = sum(len(t) for v in item.values() for t in (v if isinstance(v, list) else [v]))
             inputs = min(MAX_INPUTS, MAX_REQUEST_CHARS // chars)
             out.append((task.endpoint, {"inputs": [item] * inputs, "model": model["name"]}))

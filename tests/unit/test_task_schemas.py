@@ -57,6 +57,7 @@ def test_a_labelled_task_answers_its_per_text_scores(task):
     answer = schemas.TASK_SCHEMAS[task.name]
     if task.per_text is None:
         assert (answer.answer, answer.batch_answer) == (schemas.Prediction, schemas.BatchPredictions)
+        assert answer.has_batch_form
         return
     assert issubclass(answer.answer, schemas.Prediction)
     assert answer.answer.model_fields[task.per_text].annotation == list[float]
@@ -110,6 +111,6 @@ def test_rerank_keeps_the_tei_contract():
     rerank = schemas.TASK_SCHEMAS["rerank"]
     assert rerank is schemas.EXTERNAL_CONTRACTS["rerank"]
     assert rerank.body is schemas.RerankRequest and rerank.answer == list[schemas.Rank]
-    assert rerank.answer_of is schemas.rerank_answer and rerank.batch_answer is None
+    assert rerank.answer_of is schemas.rerank_answer and rerank.batch_answer is None and not rerank.has_batch_form
     with pytest.raises(ValueError, match="EXTERNAL_CONTRACTS"):
         schemas.labelled_schemas(TASKS["rerank"])
