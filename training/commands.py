@@ -187,7 +187,7 @@ def fever_report(
     """A verification bundle on FEVER (training/fever.py): 3-way accuracy with gold evidence (the
     AttConv paper's Table 9 setting), with unrelated evidence for NOT ENOUGH INFO, and among
     retrieved distractors; SUPPORTS vs REFUTES; the gold sentence's evidence_scores rank against
-    chance; the behaviour checks."""
+    chance; supported claims with one name or year swapped (REFUTES); the behaviour checks."""
     from training.fever_report import fever_report as run_report
 
     report = run_report(bundle, split=split, threads=threads)

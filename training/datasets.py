@@ -637,6 +637,25 @@ def _load_fever(cache_dir: str | Path | None, root: str | Path | None = None) ->
     )
 
 
+def _load_fever_swaps(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
+    from training import fever
+
+    splits, lists, checksums = _fever_parts(benchmark_dir(root))
+    swaps = fever.substitution_claims(splits["train"], seed=SPLIT_SEED)
+    # the original claims' lists come out as in `fever` (the swaps are appended, so the seeded
+    # draws for the claims before them are the same)
+    train = fever.build_evidence_lists(splits["train"] + swaps, seed=SPLIT_SEED, split="train")
+    return DatasetSplits(
+        name="fever-swaps", task="verification", labels=list(fever.FEVER_LABELS), checksums=dict(checksums),
+        description=FEVER_DESCRIPTION.format(dev=fever.DEV_FRACTION, test=fever.TEST_FRACTION, seed=SPLIT_SEED) + (
+            f"; as `fever`, plus {len(swaps):,} train REFUTES claims made from {fever.SWAP_FRACTION:.0%} of the SUPPORTS "
+            "claims by substituting one name or year the gold evidence states (training.fever.substitution_claims); "
+            "dev and test are `fever`'s."
+        ),
+        train=train, dev=list(lists["dev"]), test=list(lists["test"]),
+    )
+
+
 def _load_fever_nli(cache_dir: str | Path | None, root: str | Path | None = None) -> DatasetSplits:
     from training.fever import DEV_FRACTION, TEST_FRACTION, entailment_pairs
 
@@ -815,6 +834,7 @@ LOADERS: dict[str, Callable[[str | Path | None], DatasetSplits]] = {
     "wikiqa": _load_wikiqa,
     "fever": _load_fever,
     "fever-nli": _load_fever_nli,
+    "fever-swaps": _load_fever_swaps,
 }
 
 

@@ -214,6 +214,81 @@ def entailment_pairs(claims: Sequence[FeverClaim], examples: Sequence[ClaimExamp
     return pairs
 
 
+# --- substitution claims (the `fever-swaps` dataset) --------------------------------------------
+
+SWAP_FRACTION = 0.15  # of the train SUPPORTS claims that also give one substituted REFUTES claim
+_NAME = re.compile(r"[A-Z][\w'\-]*(?: [A-Z][\w'\-]*)*")  # a run of capitalised words
+_YEAR = re.compile(r"\b(?:1[5-9]\d\d|20[0-2]\d)\b")
+
+
+_TITLE_WORDS = {"of", "the", "a", "an", "on", "in", "and", "for", "to", "de", "&"}  # inside a name ("Cat on a Hot Tin Roof")
+
+
+def _swappable_spans(claim: str) -> list[tuple[int, int, str]]:
+    """(start, end, kind) of the claim's years, and of its names after its subject (the words
+    before its first lowercase word that cannot be part of a title): the parts a FEVER annotator
+    substituted ("Paris is the capital of France" -> "... of Germany")."""
+    subject_end = len(claim)
+    for m in re.finditer(r"\S+", claim):
+        word = m.group()
+        if word[0].islower() and word.casefold() not in _TITLE_WORDS:
+            subject_end = m.start()
+            break
+    spans = [(m.start(), m.end(), "year") for m in _YEAR.finditer(claim)]
+    spans += [(m.start(), m.end(), "name") for m in _NAME.finditer(claim) if m.start() >= subject_end]
+    return spans
+
+
+def _contexts(claim: str, start: int, words: int) -> list[tuple]:
+    """Pool keys of a name span, most specific first: the two words before it, the one word
+    before it, only its length in words; each with the length."""
+    before = claim[:start].casefold().split()
+    return [("2", *before[-2:], words), ("1", *before[-1:], words), ("0", words)]
+
+
+def substitution_claims(claims: Sequence[FeverClaim], seed: int, fraction: float = SWAP_FRACTION,
+                        min_pool: int = 20) -> list[FeverClaim]:
+    """REFUTES claims made from a `fraction` of the SUPPORTS claims, FEVER's own "substitution"
+    mutation: one name after the claim's first word, or one year, that its gold evidence states is
+    replaced by a name the evidence does not contain, or by a year 1-10 away; the evidence stays.
+    The new name comes from the other claims' names of the same length in words that follow the
+    same two words ("the state of Maharashtra" -> "the state of Kerala"), else the same word, if
+    at least `min_pool` distinct ones do, so the swap keeps the kind of name and the claim reads
+    like a real one. They teach what the claim alone cannot tell: the words of a supported claim,
+    refuted by one swapped name. A claim with no such span gives none."""
+    rng = random.Random(f"fever-swaps:{seed}")
+    pools: dict[tuple, set[str]] = {}
+    for claim in claims:
+        for start, end, kind in _swappable_spans(claim.claim):
+            if kind == "name":
+                span = claim.claim[start:end]
+                for key in _contexts(claim.claim, start, span.count(" ") + 1):
+                    pools.setdefault(key, set()).add(span)
+    ordered = {key: sorted(names) for key, names in pools.items() if len(names) >= min_pool or key[0] == "0"}
+    out = []
+    for claim in claims:
+        if claim.label != SUPPORTS or rng.random() >= fraction:
+            continue
+        evidence = " ".join(claim.evidence)
+        spans = [(a, b, kind) for a, b, kind in _swappable_spans(claim.claim) if claim.claim[a:b] in evidence]
+        if not spans:
+            continue
+        start, end, kind = rng.choice(spans)
+        span = claim.claim[start:end]
+        pool = next((ordered[key] for key in _contexts(claim.claim, start, span.count(" ") + 1) if key in ordered), [])
+        for _ in range(20):
+            if kind == "year":
+                other = str(int(span) + rng.choice([d for d in range(-10, 11) if d]))
+            elif pool:
+                other = rng.choice(pool)
+            else:
+                break
+            if other.casefold() not in evidence.casefold() and other.casefold() not in claim.claim.casefold():
+                out.append(FeverClaim(f"{claim.id}:swap", claim.claim[:start] + other + claim.claim[end:], REFUTES, claim.evidence))
+                break
+    return out
+
+
 # --- evaluation views -------------------------------------------------------------------------
 
 # Wikipedia-style probes of what a verification model must get right whatever its data: a
@@ -267,11 +342,11 @@ def evaluation_views(claims: Sequence[FeverClaim], examples: Sequence[ClaimExamp
 
 
 def view_metrics(examples: Sequence[ClaimExample], logits: np.ndarray, labels: Sequence[str],
-                 evidence_scores: Sequence[np.ndarray] | None = None) -> dict[str, float]:
+                 evidence_scores: Sequence[np.ndarray] | None = None) -> dict[str, float | None]:
     """3-way accuracy, SUPPORTS-vs-REFUTES accuracy on the decided claims (argmax over all three
     labels, and restricted to the two), NOT ENOUGH INFO recall, and where evidence_scores are
     given, how often the single gold sentence among two or more gets the top score, against the
-    chance of a random pick (mean 1/K)."""
+    chance of a random pick (mean 1/K). A recall whose label the examples lack is None."""
     gold = np.asarray([labels.index(e.label) for e in examples])
     predicted = logits.argmax(1)
     s, r, n = (labels.index(x) for x in (SUPPORTS, REFUTES, NOT_ENOUGH_INFO))
@@ -280,10 +355,10 @@ def view_metrics(examples: Sequence[ClaimExample], logits: np.ndarray, labels: S
     out = {
         "examples": len(examples),
         "accuracy": float((predicted == gold).mean()),
-        "supports_vs_refutes": float((predicted[decided] == gold[decided]).mean()) if decided.any() else float("nan"),
-        "supports_vs_refutes_two_way": float((two_way[decided] == gold[decided]).mean()) if decided.any() else float("nan"),
-        "refutes_recall": float((predicted[gold == r] == r).mean()) if (gold == r).any() else float("nan"),
-        "nei_recall": float((predicted[gold == n] == n).mean()) if (gold == n).any() else float("nan"),
+        "supports_vs_refutes": float((predicted[decided] == gold[decided]).mean()) if decided.any() else None,
+        "supports_vs_refutes_two_way": float((two_way[decided] == gold[decided]).mean()) if decided.any() else None,
+        "refutes_recall": float((predicted[gold == r] == r).mean()) if (gold == r).any() else None,
+        "nei_recall": float((predicted[gold == n] == n).mean()) if (gold == n).any() else None,
     }
     if evidence_scores is not None:
         ranked = [(int(np.argmax(scores)) == e.gold_evidence, 1.0 / len(e.evidence))

@@ -58,6 +58,7 @@ DATASET_TASKS: dict[str, str] = {
     # FEVER train claims with their evidence text (local file, training.fever)
     "fever": "verification",
     "fever-nli": "entailment",
+    "fever-swaps": "verification",
 }
 # Defaults that follow other keys (a minimal recipe gets the pretrained vectors, a
 # pretrained vocabulary and, for AttConv, the tuned second channel: what served small own data

@@ -1,4 +1,4 @@
-"""FEVER data (training/fever.py, the `fever-csv` reader and the `fever` / `fever-nli` datasets)
+"""FEVER data (training/fever.py, the `fever-csv` reader and the `fever` / `fever-nli` / `fever-swaps` datasets)
 on a small csv written here: plain text from the dump's tokenization, dropped rows counted, fact
 groups kept on one side of a split, and evidence lists built as the module promises."""
 
@@ -19,6 +19,8 @@ from training.fever import (
     entailment_pairs,
     read_fever,
     split_fever,
+    substitution_claims,
+    view_metrics,
 )
 from training.readers import FormatError, read_file
 
@@ -168,3 +170,90 @@ def test_fever_dataset_loads_from_a_benchmark_dir(tmp_path, monkeypatch):
     assert len(verification.train) + len(verification.dev) + len(verification.test) == 3 * len(TOPICS)
     assert [p.hypothesis for p in nli.train] == [c.claim for c in verification.train]
     assert "fever/fever/train.csv.xz" in verification.checksums
+
+
+COUNTRIES = ["France", "Germany", "Spain", "Italy", "Austria", "Norway", "Portugal", "Ireland"]
+
+
+def _substitution_source() -> list[FeverClaim]:
+    claims = []
+    for t, (city, country) in enumerate(zip(["Paris", "Berlin", "Madrid", "Rome", "Vienna", "Oslo", "Lisbon", "Dublin"], COUNTRIES)):
+        fact = f"{city} is the capital and largest city of {country}, founded in {1900 + t}."
+        claims.append(FeverClaim(f"{t}a", f"{city} is the capital of {country}.", "SUPPORTS", (fact,)))
+        claims.append(FeverClaim(f"{t}b", f"{city} was founded in {1900 + t}.", "SUPPORTS", (fact,)))
+        claims.append(FeverClaim(f"{t}c", f"{city} is small.", "SUPPORTS", (fact,)))  # nothing to swap
+        claims.append(FeverClaim(f"{t}d", f"{city} is the capital of Mars Colony.", "REFUTES", (fact,)))
+        claims.append(FeverClaim(f"{t}e", f"{city} has a zoo in {country}.", NOT_ENOUGH_INFO, ()))
+    return claims
+
+
+def test_substitution_claims_swap_one_stated_name_or_year():
+    claims = _substitution_source()
+    source = {c.id: c for c in claims}
+    swaps = substitution_claims(claims, seed=0, fraction=1.0, min_pool=5)
+    assert swaps == substitution_claims(claims, seed=0, fraction=1.0, min_pool=5)  # deterministic
+    # every SUPPORTS claim with a name after its subject or a year, and only those
+    assert sorted(s.id for s in swaps) == sorted(f"{t}{k}:swap" for t in range(len(COUNTRIES)) for k in "ab")
+    for swap in swaps:
+        original = source[swap.id.removesuffix(":swap")]
+        assert swap.label == "REFUTES" and swap.evidence == original.evidence
+        old, new = original.claim.split(), swap.claim.split()
+        changed = [(a, b) for a, b in zip(old, new) if a != b]
+        assert len(old) == len(new) and len(changed) == 1  # one span, the subject kept
+        before, after = (w.rstrip(".") for w in changed[0])
+        assert before in original.evidence[0] and after not in original.evidence[0]
+        if before.isdigit():
+            assert 1 <= abs(int(after) - int(before)) <= 10
+        else:  # another country: the names that follow "capital of" in the other claims
+            assert after in COUNTRIES
+
+
+def test_substitution_claims_fraction_and_small_pools():
+    claims = _substitution_source()
+    assert substitution_claims(claims, seed=0, fraction=0.0) == []
+    # with no context pool of min_pool names, a name swap draws among all names of its length;
+    # a claim whose only candidates are its own or the evidence's names gives none
+    one = [FeverClaim("x", "Paris is in France.", "SUPPORTS", ("Paris is in France.",))]
+    assert substitution_claims(one, seed=0, fraction=1.0) == []
+
+
+def test_fever_swaps_dataset_adds_train_refutes_only(tmp_path, monkeypatch):
+    from training import datasets
+
+    (tmp_path / "fever").mkdir()
+    rows = [{"id": c.id, "verifiable": "NOT VERIFIABLE" if c.label == NOT_ENOUGH_INFO else "VERIFIABLE", "label": c.label,
+             "claim": c.claim, "evidence": repr(list(c.evidence))} for c in _substitution_source() * 3]
+    _write(tmp_path / "fever" / "train.csv", rows, xz=True)
+    monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr("training.fever.SWAP_FRACTION", 1.0)
+    monkeypatch.setattr("training.fever.DEV_FRACTION", 0.3)
+    monkeypatch.setattr("training.fever.TEST_FRACTION", 0.3)
+    datasets._fever_parts.cache_clear()
+    try:
+        fever = datasets.load_dataset("fever")
+        swaps = datasets.load_dataset("fever-swaps")
+    finally:
+        datasets._fever_parts.cache_clear()
+    assert swaps.dev == fever.dev and swaps.test == fever.test
+    assert swaps.train[: len(fever.train)] == fever.train  # the original claims' lists unchanged
+    added = swaps.train[len(fever.train):]
+    assert added and {e.label for e in added} == {"REFUTES"}
+    assert {e.claim for e in added}.isdisjoint(e.claim for e in fever.train)
+
+
+def test_view_metrics_on_hand_made_logits():
+    import numpy as np
+
+    from training.examples import ClaimExample
+
+    labels = ["SUPPORTS", "REFUTES", NOT_ENOUGH_INFO]
+    examples = [ClaimExample("a", ("x", "y"), "SUPPORTS", 1), ClaimExample("b", ("x", "y", "z"), "REFUTES", 0),
+                ClaimExample("c", ("x",), "REFUTES", 0)]
+    logits = np.asarray([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0], [1.0, 3.0, 0.0]])  # right, NEI (REFUTES over SUPPORTS), right
+    scores = [np.asarray([0.1, 0.9]), np.asarray([0.2, 0.7, 0.1]), np.asarray([1.0])]
+    out = view_metrics(examples, logits, labels, scores)
+    assert out["accuracy"] == pytest.approx(2 / 3) and out["supports_vs_refutes"] == pytest.approx(2 / 3)
+    assert out["supports_vs_refutes_two_way"] == 1.0 and out["refutes_recall"] == 0.5
+    assert out["nei_recall"] is None  # no NOT ENOUGH INFO claim: no recall, not NaN (the report is JSON)
+    # gold first among two or more sentences: claim a yes (1/2 chance), claim b no (1/3); c has one sentence
+    assert (out["gold_first"], out["gold_first_claims"]) == (0.5, 2) and out["gold_first_chance"] == pytest.approx((1 / 2 + 1 / 3) / 2)

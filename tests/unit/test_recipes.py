@@ -25,8 +25,10 @@ DEFAULT_MODELS = {
     "wikiqa-attconv",
     "fever-attconv",
     "fever-attconv-base",  # not shipped: the first of fever-attconv's stages
-    "fever-attconv-tuned",  # not shipped: fever-attconv averages it with the next
-    "fever-attconv-debias",  # not shipped: fever-attconv averages it with the one before
+    "fever-attconv-tuned",  # not shipped: fever-attconv-average averages it with the next
+    "fever-attconv-debias",  # not shipped: fever-attconv-average averages it with the one before
+    "fever-attconv-average",  # not shipped: fever-attconv averages it with the next
+    "fever-attconv-swaps",  # not shipped: fever-attconv averages it with the one before
     "bbc-act",
     "tweets-act",
 }
