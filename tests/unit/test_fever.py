@@ -151,20 +151,25 @@ def test_entailment_pairs_map_labels(tmp_path):
             assert p.premise in (e.evidence[0], " ".join(e.evidence[:2]))
 
 
-def test_fever_dataset_loads_from_a_benchmark_dir(tmp_path, monkeypatch):
+def _load_from_rows(tmp_path, monkeypatch, rows, *names):
+    """The named FEVER datasets read from `rows` written as a benchmark folder's train.csv.xz,
+    with 30% dev and 30% test so that both splits have evidence."""
     from training import datasets
 
     (tmp_path / "fever").mkdir()
-    _write(tmp_path / "fever" / "train.csv", _rows() * 1, xz=True)
+    _write(tmp_path / "fever" / "train.csv", rows, xz=True)
     monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(tmp_path))
     monkeypatch.setattr("training.fever.DEV_FRACTION", 0.3)
     monkeypatch.setattr("training.fever.TEST_FRACTION", 0.3)
     datasets._fever_parts.cache_clear()
     try:
-        verification = datasets.load_dataset("fever")
-        nli = datasets.load_dataset("fever-nli")
+        return [datasets.load_dataset(name) for name in names]
     finally:
         datasets._fever_parts.cache_clear()
+
+
+def test_fever_dataset_loads_from_a_benchmark_dir(tmp_path, monkeypatch):
+    verification, nli = _load_from_rows(tmp_path, monkeypatch, _rows(), "fever", "fever-nli")
     assert verification.task == "verification" and nli.task == "entailment"
     assert verification.labels == ["SUPPORTS", "REFUTES", NOT_ENOUGH_INFO]
     assert len(verification.train) + len(verification.dev) + len(verification.test) == 3 * len(TOPICS)
@@ -218,22 +223,10 @@ def test_substitution_claims_fraction_and_small_pools():
 
 
 def test_fever_swaps_dataset_adds_train_refutes_only(tmp_path, monkeypatch):
-    from training import datasets
-
-    (tmp_path / "fever").mkdir()
     rows = [{"id": c.id, "verifiable": "NOT VERIFIABLE" if c.label == NOT_ENOUGH_INFO else "VERIFIABLE", "label": c.label,
              "claim": c.claim, "evidence": repr(list(c.evidence))} for c in _substitution_source() * 3]
-    _write(tmp_path / "fever" / "train.csv", rows, xz=True)
-    monkeypatch.setenv(datasets.BENCHMARK_DIR_ENV, str(tmp_path))
     monkeypatch.setattr("training.fever.SWAP_FRACTION", 1.0)
-    monkeypatch.setattr("training.fever.DEV_FRACTION", 0.3)
-    monkeypatch.setattr("training.fever.TEST_FRACTION", 0.3)
-    datasets._fever_parts.cache_clear()
-    try:
-        fever = datasets.load_dataset("fever")
-        swaps = datasets.load_dataset("fever-swaps")
-    finally:
-        datasets._fever_parts.cache_clear()
+    fever, swaps = _load_from_rows(tmp_path, monkeypatch, rows, "fever", "fever-swaps")
     assert swaps.dev == fever.dev and swaps.test == fever.test
     assert swaps.train[: len(fever.train)] == fever.train  # the original claims' lists unchanged
     added = swaps.train[len(fever.train):]
