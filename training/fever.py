@@ -318,27 +318,34 @@ BEHAVIOUR_CHECKS: list[tuple[str, list[str], str]] = [
 
 def evaluation_views(claims: Sequence[FeverClaim], examples: Sequence[ClaimExample], seed: int, split: str,
                      max_evidence: int = MAX_EVIDENCE) -> dict[str, list[ClaimExample]]:
-    """The same claims three ways:
+    """The same claims three ways, and the supported ones substituted:
     gold              SUPPORTS / REFUTES with their gold sentences only; NOT ENOUGH INFO with the
                       built (retrieved on-topic, or unrelated) sentences: the AttConv paper's
                       Table 9 "gold evidence" setting;
     gold+unrelated    gold sentences again; NOT ENOUGH INFO with two random sentences of the
                       split's pool (a user's test: claims with gold evidence, unverifiable claims
                       with evidence about something else);
-    retrieved         as built for training: gold sentences among distractors."""
+    retrieved         as built for training: gold sentences among distractors;
+    substituted       every SUPPORTS claim with a name or year to swap, swapped
+                      (substitution_claims: REFUTES) with the original's gold sentences: its
+                      accuracy is the share of swaps caught."""
     rng = random.Random(f"fever-views:{seed}:{split}")
     pool = sorted({s for c in claims for s in c.evidence})
+
+    def gold_only(claim: FeverClaim) -> ClaimExample:
+        sentences = claim.evidence[:max_evidence]
+        return ClaimExample(claim.claim, sentences, claim.label, 0 if len(sentences) == 1 else None)
+
     gold, unrelated = [], []
     for claim, example in zip(claims, examples, strict=True):
         if claim.label == NOT_ENOUGH_INFO:
             gold.append(example)
             unrelated.append(ClaimExample(claim.claim, tuple(rng.sample(pool, 2)), claim.label, None))
         else:
-            sentences = claim.evidence[:max_evidence]
-            only = ClaimExample(claim.claim, sentences, claim.label, 0 if len(sentences) == 1 else None)
-            gold.append(only)
-            unrelated.append(only)
-    return {"gold": gold, "gold+unrelated": unrelated, "retrieved": list(examples)}
+            gold.append(gold_only(claim))
+            unrelated.append(gold[-1])
+    substituted = [gold_only(claim) for claim in substitution_claims(claims, seed, fraction=1.0)]
+    return {"gold": gold, "gold+unrelated": unrelated, "retrieved": list(examples), "substituted": substituted}
 
 
 def view_metrics(examples: Sequence[ClaimExample], logits: np.ndarray, labels: Sequence[str],

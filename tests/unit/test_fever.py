@@ -17,6 +17,7 @@ from training.fever import (
     build_evidence_lists,
     detokenize_fever,
     entailment_pairs,
+    evaluation_views,
     read_fever,
     split_fever,
     substitution_claims,
@@ -250,3 +251,12 @@ def test_view_metrics_on_hand_made_logits():
     assert out["nei_recall"] is None  # no NOT ENOUGH INFO claim: no recall, not NaN (the report is JSON)
     # gold first among two or more sentences: claim a yes (1/2 chance), claim b no (1/3); c has one sentence
     assert (out["gold_first"], out["gold_first_claims"]) == (0.5, 2) and out["gold_first_chance"] == pytest.approx((1 / 2 + 1 / 3) / 2)
+
+
+def test_the_substituted_view_is_the_swapped_supported_claims_with_their_gold_sentences():
+    claims = [c for c in _substitution_source() if c.label != NOT_ENOUGH_INFO]
+    views = evaluation_views(claims, build_evidence_lists(claims, seed=0, split="dev"), seed=0, split="dev", max_evidence=4)
+    swaps = substitution_claims(claims, seed=0, fraction=1.0)
+    assert [(e.claim, e.evidence, e.label) for e in views["substituted"]] == [(c.claim, c.evidence, "REFUTES") for c in swaps]
+    assert all(e.gold_evidence == 0 for e in views["substituted"])  # one gold sentence each
+    assert set(views) == {"gold", "gold+unrelated", "retrieved", "substituted"}
