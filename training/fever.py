@@ -219,8 +219,6 @@ def entailment_pairs(claims: Sequence[FeverClaim], examples: Sequence[ClaimExamp
 SWAP_FRACTION = 0.15  # of the train SUPPORTS claims that also give one substituted REFUTES claim
 _NAME = re.compile(r"[A-Z][\w'\-]*(?: [A-Z][\w'\-]*)*")  # a run of capitalised words
 _YEAR = re.compile(r"\b(?:1[5-9]\d\d|20[0-2]\d)\b")
-
-
 _TITLE_WORDS = {"of", "the", "a", "an", "on", "in", "and", "for", "to", "de", "&"}  # inside a name ("Cat on a Hot Tin Roof")
 
 
@@ -249,12 +247,12 @@ def _contexts(claim: str, start: int, words: int) -> list[tuple]:
 def substitution_claims(claims: Sequence[FeverClaim], seed: int, fraction: float = SWAP_FRACTION,
                         min_pool: int = 20) -> list[FeverClaim]:
     """REFUTES claims made from a `fraction` of the SUPPORTS claims, FEVER's own "substitution"
-    mutation: one name after the claim's first word, or one year, that its gold evidence states is
-    replaced by a name the evidence does not contain, or by a year 1-10 away; the evidence stays.
-    The new name comes from the other claims' names of the same length in words that follow the
-    same two words ("the state of Maharashtra" -> "the state of Kerala"), else the same word, if
-    at least `min_pool` distinct ones do, so the swap keeps the kind of name and the claim reads
-    like a real one. They teach what the claim alone cannot tell: the words of a supported claim,
+    mutation: one name after the claim's subject, or one year (_swappable_spans), that its gold
+    evidence states is replaced by a name the evidence does not contain, or by a year 1-10 away;
+    the evidence stays. The new name comes from the other claims' names of the same length in
+    words that follow the same two words ("the state of Maharashtra" -> "the state of Kerala"),
+    else the same word, if at least `min_pool` distinct ones do, else any name of that length,
+    so the swap mostly keeps the kind of name and the claim reads like a real one. They teach what the claim alone cannot tell: the words of a supported claim,
     refuted by one swapped name. A claim with no such span gives none."""
     rng = random.Random(f"fever-swaps:{seed}")
     pools: dict[tuple, set[str]] = {}
