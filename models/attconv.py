@@ -41,6 +41,11 @@ Decisions the paper leaves open (see /work/shared/design/models.md):
 - Each evidence sentence is encoded on its own ((B*K, Le)) and only flattened to (B, K*Le) for
   attention, so the padding gap between evidences never reaches a convolution.
 - No BatchNorm and no normalisation across the batch (the released code had both).
+- exact_match (ours, off by default; DrQA/DIIN's exact-match feature): the paper's attention
+  matches words by their vectors, so a name swapped for a similar one ("France" for "Germany")
+  still finds a close match. The channel adds, per token, whether its id occurs in the other
+  text (for context-wise verification: in that evidence sentence) and the share of its text's
+  tokens that do, computed from the ids inside the graph. Rare words share the tokenizer's hash buckets, so two of them can match falsely.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from models.layers import (
     Conv1dSame,
     classifier_head,
     cross_entropy,
+    exact_match_flags,
     masked_max,
     masked_max_with_index,
     masked_mean,
@@ -91,7 +97,12 @@ class AttConvConfig(NetworkConfig):
     # vector, so a word training never saw looks like a seen word that kept its pretrained
     # vector. 0 = one table.
     tuned_vocab_size: int = 0
+    # pairs and verification: a width-k conv over two features per token (does this token id
+    # occur in the other text? what share of this text's tokens do?) added into eq 6's pre-activation. Its weights start at zero, so a
+    # checkpoint trained without it starts this network computing exactly what it computed.
+    exact_match: bool = False
     TASK_FIELDS = ("multi_context", "evidence_loss_weight", "evidence_loss_temperature")
+    ADDED_FIELDS = ("exact_match",)
 
     @property
     def word_dim(self) -> int:
@@ -105,6 +116,9 @@ class AttConvConfig(NetworkConfig):
                 raise ValueError(f"AttConvConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
         if self.kernel_size < 1 or self.kernel_size % 2 != 1:
             raise ValueError(f"AttConvConfig.kernel_size must be odd and positive, got {self.kernel_size}")
+        if self.exact_match and self.task == "classification":
+            raise ValueError("AttConvConfig.exact_match needs two texts (entailment or verification); "
+                             "intra-context every token matches itself")
 
 
 class AttConvMatch(nn.Module):
@@ -183,6 +197,9 @@ class AttConvLayer(nn.Module):
         self.match = AttConvMatch(context_dim, config.match)
         self.local_conv = Conv1dSame(dim, config.hidden_dim, config.kernel_size)  # W1, b
         self.context_conv = Conv1dSame(context_dim, config.hidden_dim, 1, bias=False)  # W2
+        if config.exact_match:
+            # input channels: [flag, coverage] (AttConv.match_features)
+            self.exact_match = Conv1dSame(2, config.hidden_dim, config.kernel_size, bias=False)  # zeroed by AttConv
 
     def query(self, hidden: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(source (B, L, Dc), beneficiary (B, L, D)) of tx; light uses H^x for both."""
@@ -203,13 +220,18 @@ class AttConvLayer(nn.Module):
         mask: torch.Tensor,
         focus: torch.Tensor,
         focus_mask: torch.Tensor,
+        match_features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(new hidden states of tx (B, Lx, H), attention (B, Lx, Ly))."""
+        """(new hidden states of tx (B, Lx, H), attention (B, Lx, Ly)). `match_features`
+        (B, Lx, 2): AttConv.match_features of tx against ty, read when config.exact_match."""
         scores = self.match(source, focus)  # (B, Lx, Ly)
         attention = masked_softmax(scores, focus_mask.unsqueeze(1), dim=-1)  # (B, Lx, Ly)
         context = torch.matmul(attention, focus)  # (B, Lx, Dc)  eq 4
         # eq 6: width-k conv over tx plus width-1 conv over its attentive context, one tanh
-        new = torch.tanh(self.local_conv(beneficiary) + self.context_conv(context))  # (B, Lx, H)
+        pre_activation = self.local_conv(beneficiary) + self.context_conv(context)  # (B, Lx, H)
+        if match_features is not None:
+            pre_activation = pre_activation + self.exact_match(match_features)  # (B, Lx, H)
+        new = torch.tanh(pre_activation)  # (B, Lx, H)
         return zero_padding(new, mask), attention
 
 
@@ -276,6 +298,8 @@ class AttConv(AttConvPreTrainedModel):
         feature_dim = config.hidden_dim * (4 if symmetric else 1)
         self.classifier = classifier_head(feature_dim, config.head_hidden, config.num_labels, config.dropout)
         self.apply(self._init_weights)
+        if config.exact_match:
+            nn.init.zeros_(self.attconv.exact_match.conv.weight)
 
     def forward(self, *inputs: torch.Tensor):
         task = self.config.task
@@ -297,20 +321,35 @@ class AttConv(AttConvPreTrainedModel):
             vectors = torch.cat([vectors, tuned], dim=-1)  # (B, L, 2E)
         return zero_padding(self.dropout(vectors), mask)
 
+    def match_features(self, ids: torch.Tensor, mask: torch.Tensor, other_ids: torch.Tensor,
+                       other_mask: torch.Tensor) -> torch.Tensor | None:
+        """Per token of ids (B, L): [does it occur in other_ids (B, Lo), the share of ids' tokens
+        that do] -> (B, L, 2), zero at padding; None without the channel. The share lets a unit
+        fire at an unmatched word only where the rest of the text is matched (a swapped name in
+        the gold sentence), not wherever a distractor sentence leaves the claim unmatched."""
+        if not self.config.exact_match:
+            return None
+        flags = exact_match_flags(ids, mask, other_ids, other_mask)  # (B, L)
+        coverage = masked_mean(flags, mask, dim=1)  # (B,)
+        shares = zero_padding(coverage.unsqueeze(1).expand_as(flags).unsqueeze(-1), mask)  # (B, L, 1)
+        return torch.cat([flags.unsqueeze(-1), shares], dim=-1)  # (B, L, 2)
+
     def encode(self, hidden: torch.Tensor, mask: torch.Tensor, focus: torch.Tensor,
-               focus_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+               focus_mask: torch.Tensor, match_features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """tx (embedded) attends a prepared focus -> (max-pooled vector (B, H), attention)."""
         source, beneficiary = self.attconv.query(hidden, mask)
-        new, attention = self.attconv(source, beneficiary, mask, focus, focus_mask)  # (B, Lx, H)
+        new, attention = self.attconv(source, beneficiary, mask, focus, focus_mask, match_features)  # (B, Lx, H)
         return masked_max(new, mask.unsqueeze(-1), dim=1), attention  # (B, H)
 
-    def pair_vector(self, hidden_x: torch.Tensor, mask_x: torch.Tensor, hidden_y: torch.Tensor,
-                    mask_y: torch.Tensor) -> torch.Tensor:
+    def pair_vector(self, ids_x: torch.Tensor, hidden_x: torch.Tensor, mask_x: torch.Tensor, ids_y: torch.Tensor,
+                    hidden_y: torch.Tensor, mask_y: torch.Tensor) -> torch.Tensor:
         """Classifier features for tx with context ty: v_x, or pair features of both directions."""
-        vx, _ = self.encode(hidden_x, mask_x, self.attconv.focus(hidden_y, mask_y), mask_y)  # (B, H)
+        vx, _ = self.encode(hidden_x, mask_x, self.attconv.focus(hidden_y, mask_y), mask_y,
+                            self.match_features(ids_x, mask_x, ids_y, mask_y))  # (B, H)
         if self.config.direction == "single":
             return vx
-        vy, _ = self.encode(hidden_y, mask_y, self.attconv.focus(hidden_x, mask_x), mask_x)  # (B, H)
+        vy, _ = self.encode(hidden_y, mask_y, self.attconv.focus(hidden_x, mask_x), mask_x,
+                            self.match_features(ids_y, mask_y, ids_x, mask_x))  # (B, H)
         return pair_features(vx, vy)  # (B, 4H)
 
     def classify(self, input_ids: torch.Tensor, input_mask: torch.Tensor) -> torch.Tensor:
@@ -324,7 +363,8 @@ class AttConv(AttConvPreTrainedModel):
         premise = self.embed(premise_ids, premise_mask)  # (B, Lp, D)
         hypothesis = self.embed(hypothesis_ids, hypothesis_mask)  # (B, Lh, D)
         # the paper models the hypothesis (tx) with the premise as its context (ty)
-        return self.classifier(self.pair_vector(hypothesis, hypothesis_mask, premise, premise_mask))
+        return self.classifier(self.pair_vector(hypothesis_ids, hypothesis, hypothesis_mask,
+                                                premise_ids, premise, premise_mask))
 
     def evidence_score_step(self) -> float:
         # context-wise: a score is the share of the hidden_dim claim dimensions a slot wins
@@ -361,15 +401,18 @@ class AttConv(AttConvPreTrainedModel):
         claim = self.embed(claim_ids, claim_mask)  # (B, Lc, D)
         # every evidence sentence is embedded and convolved on its own row
         flat_mask = evidence_mask.reshape(batch * count, length)  # (B*K, Le)
-        evidence = self.embed(evidence_ids.reshape(batch * count, length), flat_mask)  # (B*K, Le, D)
+        flat_ids = evidence_ids.reshape(batch * count, length)  # (B*K, Le)
+        evidence = self.embed(flat_ids, flat_mask)  # (B*K, Le, D)
         evidence_focus = self.attconv.focus(evidence, flat_mask)  # (B*K, Le, Dc)
         source, beneficiary = self.attconv.query(claim, claim_mask)  # (B, Lc, Dc), (B, Lc, D)
 
         if self.config.multi_context == "wise":
             # claim against each evidence: the claim's encodings repeated K times
             slot_claim_mask = repeat_per_slot(claim_mask, count)  # (B*K, Lc)
+            # a claim token is matched when it occurs in that slot's sentence
+            matches = self.match_features(repeat_per_slot(claim_ids, count), slot_claim_mask, flat_ids, flat_mask)
             new, _ = self.attconv(repeat_per_slot(source, count), repeat_per_slot(beneficiary, count),
-                                  slot_claim_mask, evidence_focus, flat_mask)  # (B*K, Lc, H)
+                                  slot_claim_mask, evidence_focus, flat_mask, matches)  # (B*K, Lc, H)
             claim_vectors = masked_max(new, slot_claim_mask.unsqueeze(-1), dim=1)  # (B*K, H)
             per_slot = claim_vectors.view(batch, count, -1)  # (B, K, H)
             claim_vector, evidence_scores = context_wise_max(per_slot, slot_mask)
@@ -380,8 +423,10 @@ class AttConv(AttConvPreTrainedModel):
         else:
             # claim against all evidence tokens at once; flattened only for attention
             focus = evidence_focus.reshape(batch, count * length, -1)  # (B, K*Le, Dc)
+            focus_mask = evidence_mask.reshape(batch, count * length)  # (B, K*Le)
+            matches = self.match_features(claim_ids, claim_mask, evidence_ids.reshape(batch, count * length), focus_mask)
             new, attention = self.attconv(source, beneficiary, claim_mask, focus,
-                                          evidence_mask.reshape(batch, count * length))  # (B, Lc, H), (B, Lc, K*Le)
+                                          focus_mask, matches)  # (B, Lc, H), (B, Lc, K*Le)
             claim_vector = masked_max(new, claim_mask.unsqueeze(-1), dim=1)  # (B, H)
             per_evidence = masked_sum(attention.reshape(batch, -1, count, length),
                                       evidence_mask.unsqueeze(1), dim=-1)  # (B, Lc, K)
@@ -396,9 +441,11 @@ class AttConv(AttConvPreTrainedModel):
             # each evidence sentence attends the claim; pooled over every valid evidence token
             claim_focus = self.attconv.focus(claim, claim_mask)  # (B, Lc, Dc)
             evidence_source, evidence_beneficiary = self.attconv.query(evidence, flat_mask)
+            slot_claim_mask = repeat_per_slot(claim_mask, count)  # (B*K, Lc)
+            matches = self.match_features(flat_ids, flat_mask, repeat_per_slot(claim_ids, count), slot_claim_mask)
             evidence_new, _ = self.attconv(evidence_source, evidence_beneficiary, flat_mask,
                                            repeat_per_slot(claim_focus, count),
-                                           repeat_per_slot(claim_mask, count))  # (B*K, Le, H)
+                                           slot_claim_mask, matches)  # (B*K, Le, H)
             evidence_vector = masked_max(evidence_new.reshape(batch, count * length, -1),
                                          evidence_mask.reshape(batch, count * length, 1), dim=1)  # (B, H)
             features = pair_features(claim_vector, evidence_vector)  # (B, 4H)

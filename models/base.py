@@ -42,6 +42,9 @@ class NetworkConfig:
     # Fields only one task reads (no weights depend on them): a checkpoint trained for another
     # task may initialise this network when every other field is equal (training.trainer).
     TASK_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # Boolean fields that, turned on, add weights starting at zero: a checkpoint trained with the
+    # field off may initialise this network with it on, and starts it computing what it computed.
+    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ()
 
 
 class TextClassifier(nn.Module):

@@ -68,6 +68,16 @@ def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tens
     return (values * mask.to(values.dtype)).sum(dim=dim)
 
 
+def exact_match_flags(ids: torch.Tensor, mask: torch.Tensor, other_ids: torch.Tensor,
+                      other_mask: torch.Tensor) -> torch.Tensor:
+    """1.0 where a valid token of `ids` (B, L) occurs among the valid tokens of `other_ids`
+    (B, Lo), else 0.0 (padding always 0) -> (B, L). The exact-match feature of DrQA and DIIN,
+    computed from the ids so the served graph needs no extra input."""
+    same = ids.unsqueeze(2) == other_ids.unsqueeze(1)  # (B, L, Lo)
+    valid = mask.unsqueeze(2) & other_mask.unsqueeze(1)  # (B, L, Lo)
+    return (same & valid).to(torch.float32).amax(dim=-1)  # (B, L)
+
+
 def zero_padding(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Zero the padded positions of a (B, L, D) map, so the next convolution sees zeros there
     whatever padding length the batch happens to have."""

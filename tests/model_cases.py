@@ -25,6 +25,10 @@ CASES: list[tuple[str, str, dict]] = [
     ("attconv-advanced", "entailment", {"direction": "single", "match": "bilinear"}),
     ("attconv-advanced", "verification", {"multi_context": "wise"}),
     ("attconv-advanced", "verification", {"multi_context": "conc"}),
+    # the exact-match channel, in each place it reads ids
+    ("attconv-advanced", "entailment", {"exact_match": True}),
+    ("attconv-advanced", "verification", {"multi_context": "wise", "exact_match": True}),
+    ("attconv-light", "verification", {"multi_context": "conc", "exact_match": True}),
     # ABCNN family, one and two blocks
     ("bcnn", "entailment", {"num_blocks": 1}),
     ("bcnn", "entailment", {"num_blocks": 2}),
@@ -58,5 +62,11 @@ def build(case, num_labels: int = 3, vocab_size: int = 60, **more):
     from models import build_network
 
     arch, task, over = case
-    return build_network(arch, task=task, vocab_size=vocab_size, num_labels=num_labels,
-                         **SMALL[family(arch)], **over, **more)
+    network = build_network(arch, task=task, vocab_size=vocab_size, num_labels=num_labels,
+                            **SMALL[family(arch)], **over, **more)
+    if getattr(network.config, "exact_match", False):
+        import torch
+
+        # the channel starts at zero (it adds nothing); the tests need it to compute something
+        torch.nn.init.normal_(network.attconv.exact_match.conv.weight)
+    return network

@@ -381,6 +381,10 @@ MODEL_FIELD_DESCRIPTIONS: dict[str, str] = {
     "head_hidden": "Hidden width of the classifier MLP (0 = logistic regression, as in the ABCNN paper).",
     "evidence_loss_weight": "AttConv, verification: weight of the auxiliary loss that makes evidence_scores point at the deciding sentence.",
     "evidence_loss_temperature": "AttConv, verification: softness of that loss's \"which sentence wins\" per dimension.",
+    "exact_match": "AttConv, pairs and verification: a width-k conv over two features per token (does its id occur in "
+                   "the other text, in context-wise verification in that evidence sentence; the share of its text's "
+                   "tokens that do) added to the attentive convolution. Its weights start at zero, so a recipe may turn it on over an init_from checkpoint "
+                   "trained without it.",
     "num_filters": "ABCNN: convolution output width of every block; ACT: filters per head.",
     "num_blocks": "ABCNN: convolution-pooling blocks (1 or 2 in the paper).",
     "max_length": "Longest input the network reads (ACT: rows of the position table); [limits] max_lengths may not exceed it.",

@@ -444,7 +444,7 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     from safetensors.torch import load_file
 
     from training.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-    from models import config_to_dict
+    from models import config_to_dict, make_config
 
     checkpoint_dir = Path(checkpoint_dir)
     vocab = tokenizer.get_vocab()
@@ -456,8 +456,15 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     wanted = json.loads(json.dumps(config_to_dict(saved.get("architecture"), network.config)))
     if saved.get("network") is None:
         raise ValueError(f"{checkpoint_dir}: config.json has no network; cannot start from it")
+    # a field the checkpoint's config predates has its default, as network_from_dict reads it
+    saved["network"] = json.loads(json.dumps(config_to_dict(
+        saved["network"]["architecture"], make_config(saved["network"]["architecture"], **saved["network"]["config"]))))
+    saved_config = saved["network"]["config"]
     # the vocabulary was compared above; another task may differ in the fields only one task reads
-    ignored = {"vocab_size"} | ({"task", *network.config.TASK_FIELDS} if saved["network"]["config"]["task"] != network.config.task else set())
+    ignored = {"vocab_size"} | ({"task", *network.config.TASK_FIELDS} if saved_config["task"] != network.config.task else set())
+    # a field that adds zero-started weights may be on here and off in the checkpoint
+    added = {name for name in network.config.ADDED_FIELDS if getattr(network.config, name) and not saved_config[name]}
+    ignored |= added
 
     def comparable(payload: dict[str, Any]) -> dict[str, Any]:
         return {**payload, "config": {k: v for k, v in payload["config"].items() if k not in ignored}}
@@ -477,6 +484,14 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     rows = torch.tensor([saved_labels.index(mapping[label]) for label in labels])
     for name in network.label_parameters():
         state[name] = state[name][rows]  # (C, ...) in this training's label order
+    missing = sorted(set(network.state_dict()) - set(state))
+    if missing:
+        # the weights of `added` fields: the checkpoint computed what they compute at zero
+        fresh = type(network)(network.config).state_dict()
+        if not added or any(bool(fresh[name].any()) for name in missing):
+            raise ValueError(f"{checkpoint_dir}: it has no weights for {missing}; cannot start from it")
+        for name in missing:
+            state[name] = torch.zeros_like(fresh[name])
     network.load_state_dict(state, strict=True)
     log.info("initial weights loaded", extra={"checkpoint": str(checkpoint_dir)})
 

@@ -229,3 +229,30 @@ def test_registry_presets_and_config_validation():
                 {"multi_context": "sum"}, {"kernel_size": 2}):
         with pytest.raises(ValueError):
             make_config("attconv-light", **bad)
+
+
+def test_the_exact_match_channel_needs_two_texts_and_starts_at_zero():
+    with pytest.raises(ValueError, match="exact_match needs two texts"):
+        build_network("attconv-advanced", task="classification", exact_match=True)
+    network = build_network("attconv-advanced", task="verification", num_labels=3, exact_match=True)
+    assert torch.count_nonzero(network.attconv.exact_match.conv.weight) == 0
+
+
+def test_the_exact_match_channel_tells_apart_two_words_whose_vectors_are_equal():
+    """The failure it is for: a claim whose name is swapped for one with a near-identical vector
+    ("France" for "Germany") looks the same to attention; only the channel sees that the swapped
+    word is absent from the evidence."""
+    torch.manual_seed(0)
+    answers = {}
+    for channel in (False, True):
+        network = build_network("attconv-advanced", task="verification", num_labels=3, vocab_size=20,
+                                embedding_dim=8, hidden_dim=8, head_hidden=8, exact_match=channel).eval()
+        with torch.no_grad():
+            network.embeddings.weight[12] = network.embeddings.weight[11]  # word 12 looks like word 11
+            if channel:
+                torch.nn.init.normal_(network.attconv.exact_match.conv.weight)
+        evidence = torch.tensor([[[4, 5, 6, 11, 7]]])  # (B=1, K=1, Le): states word 11
+        stated, swapped = torch.tensor([[4, 6, 11]]), torch.tensor([[4, 6, 12]])  # (B, Lc)
+        answers[channel] = [network.logits_from_ids(claim, evidence) for claim in (stated, swapped)]
+    assert torch.allclose(*answers[False], atol=1e-6)  # without the channel: the same answer
+    assert not torch.allclose(*answers[True], atol=1e-3)

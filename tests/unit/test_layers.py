@@ -65,3 +65,15 @@ def test_match_score_gradient_is_finite_at_zero_distance():
     assert torch.allclose(score, torch.full((3,), 1.0 / (1.0 + 1e-3)), atol=1e-4)
     score.sum().backward()
     assert torch.isfinite(a.grad).all()
+
+
+def test_exact_match_flags_mark_tokens_found_among_the_other_texts_valid_tokens():
+    from models.layers import exact_match_flags
+
+    ids = torch.tensor([[5, 7, 9, 0], [3, 3, 0, 0]])  # (B, L), 0 = padding
+    other = torch.tensor([[9, 5, 0], [4, 0, 0]])  # (B, Lo)
+    flags = exact_match_flags(ids, ids != 0, other, other != 0)
+    assert flags.tolist() == [[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    # padding never matches padding, and a masked-out token of the other text matches nothing
+    masked = exact_match_flags(ids, ids != 0, other, torch.tensor([[False, True, False], [True, False, False]]))
+    assert masked.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]

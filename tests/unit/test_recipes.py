@@ -28,7 +28,8 @@ DEFAULT_MODELS = {
     "fever-attconv-tuned",  # not shipped: fever-attconv-average averages it with the next
     "fever-attconv-debias",  # not shipped: fever-attconv-average averages it with the one before
     "fever-attconv-average",  # not shipped: fever-attconv averages it with the next
-    "fever-attconv-swaps",  # not shipped: fever-attconv averages it with the one before
+    "fever-attconv-swaps",  # not shipped: fever-attconv-swaps-average averages it with the one before
+    "fever-attconv-swaps-average",  # not shipped: fever-attconv starts from it
     "bbc-act",
     "tweets-act",
 }

@@ -594,6 +594,38 @@ def test_an_entailment_checkpoint_starts_a_verification_network_with_its_label_r
               tmp_path / "narrow", progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")
 
 
+def test_a_checkpoint_without_the_exact_match_channel_starts_a_network_with_it(tmp_path):
+    """models.base ADDED_FIELDS: a checkpoint trained without AttConv's exact-match channel starts a
+    network with it (its weights at zero), which answers exactly what the checkpoint answers;
+    averaged with such a checkpoint, the channel's weights count as zero there; the other way
+    round (the channel on in the checkpoint, off in the recipe) is refused."""
+    model = {**SMALL["attconv"], "variant": "advanced", "dropout": 0.0}
+    claims = make_splits("verification", seed=3)
+    plain = train(make_recipe("verification", "attconv-advanced", model, epochs=2), tmp_path / "plain",
+                  progress=False, threads=1, splits=claims)
+    matched = {**model, "exact_match": True}
+    started = train(make_recipe("verification", "attconv-advanced", matched, lr=1e-12, init_from="plain"),
+                    tmp_path / "started", progress=False, threads=1, splits=claims, init_from=tmp_path / "plain").network
+    with torch.no_grad():
+        inputs = encoded_inputs(tmp_path / "plain", claims.test)
+        assert torch.allclose(started.logits_from_ids(*inputs), plain.network.logits_from_ids(*inputs), atol=1e-5)
+    assert started.attconv.exact_match.conv.weight.abs().max() < 1e-6
+
+    learned = train(make_recipe("verification", "attconv-advanced", matched, lr=0.01, init_from="plain"),
+                    tmp_path / "learned", progress=False, threads=1, splits=claims, init_from=tmp_path / "plain").network
+    channel = learned.attconv.exact_match.conv.weight
+    assert channel.abs().max() > 1e-3  # the channel learned something
+    averaged = train(make_recipe("verification", "attconv-advanced", matched, epochs=0, init_from="learned",
+                                 average_with="plain", average_weight=0.5),
+                     tmp_path / "avg", progress=False, threads=1, splits=claims, init_from=tmp_path / "learned",
+                     average_with=tmp_path / "plain").network
+    assert torch.allclose(averaged.attconv.exact_match.conv.weight, 0.5 * channel, atol=1e-7)
+
+    with pytest.raises(ValueError, match="network config differs"):
+        train(make_recipe("verification", "attconv-advanced", model, init_from="learned"), tmp_path / "dropped",
+              progress=False, threads=1, splits=claims, init_from=tmp_path / "learned")
+
+
 def test_a_mixed_dataset_selects_on_the_mean_of_its_sources_dev_accuracies(tmp_path):
     from training.trainer import accuracy_by_source, mean_source_accuracy
 
