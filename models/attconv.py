@@ -45,7 +45,8 @@ Decisions the paper leaves open (see /work/shared/design/models.md):
   matches words by their vectors, so a name swapped for a similar one ("France" for "Germany")
   still finds a close match. The channel adds, per token, whether its id occurs in the other
   text (for context-wise verification: in that evidence sentence) and the share of its text's
-  tokens that do, computed from the ids inside the graph. Rare words share the tokenizer's hash buckets, so two of them can match falsely.
+  tokens that do, computed from the ids inside the graph. Rare words share the tokenizer's hash
+  buckets, so two of them can match falsely.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ class AttConvConfig(NetworkConfig):
     # vector. 0 = one table.
     tuned_vocab_size: int = 0
     # pairs and verification: a width-k conv over two features per token (does this token id
-    # occur in the other text? what share of this text's tokens do?) added into eq 6's pre-activation. Its weights start at zero, so a
-    # checkpoint trained without it starts this network computing exactly what it computed.
+    # occur in the other text? what share of this text's tokens do?) added into eq 6's
+    # pre-activation. Its weights start at zero, so a checkpoint trained without it starts this
+    # network computing exactly what it computed.
     exact_match: bool = False
     TASK_FIELDS = ("multi_context", "evidence_loss_weight", "evidence_loss_temperature")
     ADDED_FIELDS = ("exact_match",)
