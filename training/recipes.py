@@ -59,6 +59,7 @@ DATASET_TASKS: dict[str, str] = {
     "fever": "verification",
     "fever-nli": "entailment",
     "fever-swaps": "verification",
+    "fever-swaps-half": "verification",
 }
 # Defaults that follow other keys (a minimal recipe gets the pretrained vectors, a
 # pretrained vocabulary and, for AttConv, the tuned second channel: what served small own data

@@ -227,7 +227,10 @@ def test_fever_swaps_dataset_adds_train_refutes_only(tmp_path, monkeypatch):
     rows = [{"id": c.id, "verifiable": "NOT VERIFIABLE" if c.label == NOT_ENOUGH_INFO else "VERIFIABLE", "label": c.label,
              "claim": c.claim, "evidence": repr(list(c.evidence))} for c in _substitution_source() * 3]
     monkeypatch.setattr("training.fever.SWAP_FRACTION", 1.0)
-    fever, swaps = _load_from_rows(tmp_path, monkeypatch, rows, "fever", "fever-swaps")
+    fever, swaps, half = _load_from_rows(tmp_path, monkeypatch, rows, "fever", "fever-swaps", "fever-swaps-half")
+    # `fever-swaps-half` swaps half the SUPPORTS claims whatever SWAP_FRACTION is
+    assert half.name == "fever-swaps-half" and half.dev == fever.dev
+    assert 0 < len(half.train) - len(fever.train) < len(swaps.train) - len(fever.train)
     assert swaps.dev == fever.dev and swaps.test == fever.test
     assert swaps.train[: len(fever.train)] == fever.train  # the original claims' lists unchanged
     added = swaps.train[len(fever.train):]
@@ -248,6 +251,9 @@ def test_view_metrics_on_hand_made_logits():
     out = view_metrics(examples, logits, labels, scores)
     assert out["accuracy"] == pytest.approx(2 / 3) and out["supports_vs_refutes"] == pytest.approx(2 / 3)
     assert out["supports_vs_refutes_two_way"] == 1.0 and out["refutes_recall"] == 0.5
+    # balanced: the mean recall over the labels present (SUPPORTS 1, REFUTES 0.5; no NOT ENOUGH INFO)
+    assert out["supports_recall"] == 1.0
+    assert out["balanced_accuracy"] == pytest.approx(0.75) and out["supports_vs_refutes_balanced"] == pytest.approx(0.75)
     assert out["nei_recall"] is None  # no NOT ENOUGH INFO claim: no recall, not NaN (the report is JSON)
     # gold first among two or more sentences: claim a yes (1/2 chance), claim b no (1/3); c has one sentence
     assert (out["gold_first"], out["gold_first_claims"]) == (0.5, 2) and out["gold_first_chance"] == pytest.approx((1 / 2 + 1 / 3) / 2)
