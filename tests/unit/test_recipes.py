@@ -29,7 +29,10 @@ DEFAULT_MODELS = {
     "fever-attconv-debias",  # not shipped: fever-attconv-average averages it with the one before
     "fever-attconv-average",  # not shipped: fever-attconv averages it with the next
     "fever-attconv-swaps",  # not shipped: fever-attconv-swaps-average averages it with the one before
-    "fever-attconv-swaps-average",  # not shipped: fever-attconv starts from it
+    "fever-attconv-swaps-average",  # not shipped: fever-attconv-match starts from it
+    "fever-attconv-match",  # not shipped: fever-attconv-swaps-half starts from it and is averaged with it
+    "fever-attconv-swaps-half",  # not shipped: fever-attconv-swaps-half-average averages it with the one before
+    "fever-attconv-swaps-half-average",  # not shipped: fever-attconv starts from it
     "bbc-act",
     "tweets-act",
 }
