@@ -32,7 +32,10 @@ DEFAULT_MODELS = {
     "fever-attconv-swaps-average",  # not shipped: fever-attconv-match starts from it
     "fever-attconv-match",  # not shipped: fever-attconv-swaps-half starts from it and is averaged with it
     "fever-attconv-swaps-half",  # not shipped: fever-attconv-swaps-half-average averages it with the one before
-    "fever-attconv-swaps-half-average",  # not shipped: fever-attconv starts from it
+    "fever-attconv-swaps-half-average",  # not shipped: fever-attconv-halfavg-swaps starts from it
+    "fever-attconv-halfavg-swaps",  # not shipped: fever-attconv-swaps-half2 starts from it and is averaged with it
+    "fever-attconv-swaps-half2",  # not shipped: fever-attconv-swaps-half2-average averages it with the one before
+    "fever-attconv-swaps-half2-average",  # not shipped: fever-attconv starts from it
     "bbc-act",
     "tweets-act",
 }
