@@ -5,7 +5,8 @@
 # out-of-domain figures).
 # <name> is the recipe's own `name` field. Training is hours of CPU in all: each recipe states
 # its measured wall time. A recipe that starts from another's checkpoint ([train] init_from) or
-# averages with one ([train] average_with) is trained after it; a recipe with `ship = false` is
+# averages with one ([train] average_with) is trained after it, whether it says so itself or
+# takes it from the recipe it extends (training.recipes.recipe_table); a recipe with `ship = false` is
 # trained (others start from it) but not exported;
 # a recipe with `default = true` gets `"default": true` in its bundle's config.json (its task's
 # default model, service/settings.py).
@@ -31,12 +32,13 @@ if (($#)); then
 else
     # name order, except that a recipe comes after the one whose checkpoint it starts from
     mapfile -t recipes < <(python - recipes/*.toml <<'PY'
-import sys, tomllib
+import sys
+from training.recipes import recipe_table
 paths = sys.argv[1:]
 parent = {}
 by_name = {}
 for path in paths:
-    recipe = tomllib.load(open(path, "rb"))
+    recipe = recipe_table(path)  # with what it extends filled in
     by_name[recipe["name"]] = path
     train = recipe.get("train", {})
     parent[recipe["name"]] = [n for n in (train.get("init_from"), train.get("average_with")) if n]
@@ -67,7 +69,7 @@ fi
 for recipe in "${recipes[@]}"; do
     # the recipe's name, whether it ships, and the recipe whose checkpoint it starts from ([train]
     # init_from; trained earlier in this loop), if any
-    fields="$(python -c 'import sys, tomllib; r = tomllib.load(open(sys.argv[1], "rb")); t = r.get("train", {}); print(r["name"], int(r.get("ship", True)), int(r.get("default", False)), t.get("init_from", "-"), t.get("average_with", "-"))' "$recipe")"
+    fields="$(python -c 'import sys; from training.recipes import recipe_table; r = recipe_table(sys.argv[1]); t = r.get("train", {}); print(r["name"], int(r.get("ship", True)), int(r.get("default", False)), t.get("init_from", "-"), t.get("average_with", "-"))' "$recipe")"
     read -r name ship default init average <<< "$fields"
     train_flags=()
     if [[ "$init" != "-" ]]; then train_flags+=(--init-from "${CHECKPOINTS}/${init}"); fi

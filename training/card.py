@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -47,6 +46,7 @@ from training.batching import encode_examples, label_ids
 from training.calibration import calibrated_probs, ece_from_confidence, expected_calibration_error, fit_temperature
 from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample
 from training.ood import OodSet, ood_sets
+from training.recipes import recipe_table
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def resolve_dataset(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Path = R
     for name in (raw.get("name"), bundle_dir.name):
         recipe = recipes_dir / f"{name}.toml"
         if name and recipe.is_file():
-            dataset = tomllib.loads(recipe.read_text(encoding="utf-8")).get("data", {}).get("dataset")
+            dataset = recipe_table(recipe).get("data", {}).get("dataset")
             if dataset:
                 return str(dataset)
     checksums = raw.get("data_checksums", {})

@@ -25,6 +25,9 @@ keeps equal to the output. A minimal recipe (MINIMAL_RECIPE: name, [data], [mode
 [limits]) trains on 50-d GloVe vectors with a 40,000-word pretrained vocabulary and, for AttConv,
 the tuned second channel: defaults that follow other keys, filled in by Recipe._resolve_defaults.
 
+`extends = "NAME"` starts from another recipe in the same directory, replacing its keys one
+level deep (`recipe_table`); `name`, `wall_time`, `ship` and `default` are each file's own.
+
 Every table is strict (unknown keys are errors). The [model] table takes any key, because
 the architecture's config dataclass decides which fields exist: `Recipe.network_config()`
 checks them through `models.make_config`, which rejects unknown ones. `task`, `vocab_size`
@@ -33,11 +36,16 @@ and `num_labels` come from the data and tokenizer, so a recipe may not set them.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# A recipe name (and so a checkpoint and bundle name): what `name`, `extends`, init_from and average_with hold.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
 
 # The task each named dataset has (training/datasets.py produces them).
 DATASET_TASKS: dict[str, str] = {
@@ -247,13 +255,13 @@ class TrainSection(_Strict):
     debias: Literal["none", "statement-only"] = Field("none", description=(
         "statement-only: product-of-experts training with a hypothesis/claim-only TF-IDF + LR model, so the network is paid "
         "for what the statement alone cannot tell. Pair tasks only; inference is unchanged."))
-    init_from: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description=(
+    init_from: str | None = Field(None, pattern=NAME_PATTERN, description=(
         "Start from the checkpoint of another recipe (its name; found at checkpoints/NAME, or `attserve train --init-from DIR`) "
         "instead of GloVe: same architecture and vocabulary, possibly another task."))
     init_labels: dict[str, str] | None = Field(None, description=(
         "With init_from: maps each label of this recipe's data to the checkpoint label whose output row it starts from "
         "(needed when the labels differ)."))
-    average_with: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description=(
+    average_with: str | None = Field(None, pattern=NAME_PATTERN, description=(
         "Weight-space averaging (WiSE-FT, Wortsman et al. 2022): once init_from's weights are loaded, every weight becomes "
         "(1 - average_weight) x init_from's + average_weight x this checkpoint's (a recipe name, found at checkpoints/NAME, "
         "or `attserve train --average-with DIR`): the same network and vocabulary, typically a model fine-tuned from "
@@ -278,7 +286,7 @@ class TrainSection(_Strict):
 class Recipe(_Strict):
     """A training recipe: one TOML file says everything a trained checkpoint depends on."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="The recipe's name and the default checkpoint/bundle name: lower-case letters, digits, `.`, `_`, `-`.")
+    name: str = Field(pattern=NAME_PATTERN, description="The recipe's name and the default checkpoint/bundle name: lower-case letters, digits, `.`, `_`, `-`.")
     description: str = Field("", description="What the model does, shown in the bundle's config.json and `/v1/models` (default: a description of the data, file names only).")
     wall_time: str = Field("", description="Measured (or estimated, and then said so) training time.")
     ship: bool = Field(True, description="`make models` exports the checkpoint into the model repository; false for a recipe trained only because another starts from it ([train] init_from).")
@@ -478,6 +486,26 @@ def options_markdown() -> str:
         "```",
         "",
         "Without the GloVe download (offline, or a language GloVe does not cover): `[embeddings] glove = false`.",
+        "",
+        "## Extending another recipe",
+        "",
+        "`extends = \"NAME\"` (top level) starts from the recipe `NAME.toml` in the same directory, which may extend",
+        "another in turn. Every table is taken from it key by key and the file's own keys replace its keys, one level",
+        "deep: `[train] seed = 4` replaces the seed and keeps the rest of its `[train]`; an inline table such as",
+        "`max_lengths` is one value. `name`, `wall_time`, `ship` and `default` are never taken: each file says its own.",
+        "A key cannot be removed, only replaced, so a recipe that needs fewer keys extends an earlier one. A stage of a",
+        "chain (`recipes/fever-attconv-*.toml`) is a few lines:",
+        "",
+        "```toml",
+        'name = "fever-attconv-swaps-half3"',
+        'extends = "fever-attconv-swaps-half2"',
+        'wall_time = "..."',
+        'ship = false',
+        "",
+        "[train]",
+        'init_from = "fever-attconv-half2avg-swaps"',
+        "seed = 11",
+        "```",
     ]
     for title, cls in _SECTIONS:
         lines += ["", f"## {title}", "", _cell((cls.__doc__ or "").strip().split("\n\n")[0].replace("\n    ", " ")), "",
@@ -510,12 +538,50 @@ def options_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Parse and validate a recipe TOML; relative data paths resolve against its directory."""
-    path = Path(path)
+# A recipe's top-level keys about itself: never taken from the recipe it extends.
+OWN_KEYS = ("name", "wall_time", "ship", "default")
+
+
+def recipe_table(path: str | Path) -> dict[str, Any]:
+    """The recipe TOML at `path` as one table, with what it extends filled in.
+
+    `extends = "NAME"` starts from recipe NAME.toml in the same directory (which may itself extend
+    another): every table of NAME's is taken key by key, and this file's keys replace NAME's, one
+    level deep (`[train] seed = 4` replaces NAME's seed and keeps the rest of its [train]; an inline
+    table such as `max_lengths` is one value). The keys in OWN_KEYS are each file's own. A key
+    cannot be removed, only replaced: a recipe that needs fewer keys extends an earlier one."""
+    return _extended_table(Path(path), ())
+
+
+def _extended_table(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     with open(path, "rb") as fh:
         raw = tomllib.load(fh)
-    recipe = Recipe.model_validate(raw)
+    base_name = raw.pop("extends", None)
+    if base_name is None:
+        return raw
+    if not isinstance(base_name, str) or not _NAME.fullmatch(base_name):
+        raise ValueError(f"{path}: extends = {base_name!r}: expected a recipe name (NAME for NAME.toml beside it)")
+    chain = (*chain, path.resolve())
+    base_path = path.parent / f"{base_name}.toml"
+    if base_path.resolve() in chain:
+        raise ValueError(f"{path}: extends {base_name!r}, which extends it again: "
+                         + " -> ".join(p.stem for p in (*chain, base_path.resolve())))
+    if not base_path.is_file():
+        raise ValueError(f"{path}: extends {base_name!r}, but there is no {base_path}")
+    merged = {key: value for key, value in _extended_table(base_path, chain).items() if key not in OWN_KEYS}
+    for key, value in raw.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse and validate a recipe TOML (`recipe_table`: what it extends filled in); relative data
+    paths resolve against its directory."""
+    path = Path(path)
+    recipe = Recipe.model_validate(recipe_table(path))
     return recipe.model_copy(update={"data": recipe.data.resolved(path.parent)})
 
 
@@ -534,4 +600,4 @@ _SECTIONS = (
 )
 
 
-__all__ = ["Recipe", "load_recipe", "recipe_files", "options_markdown", "DATASET_TASKS", "MINIMAL_RECIPE", "MODEL_FIELD_DESCRIPTIONS"]
+__all__ = ["Recipe", "load_recipe", "recipe_table", "recipe_files", "options_markdown", "DATASET_TASKS", "MINIMAL_RECIPE", "MODEL_FIELD_DESCRIPTIONS"]

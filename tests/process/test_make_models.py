@@ -1,8 +1,9 @@
 """tools/make_models.sh (`make models`) on a folder of small recipes with a stand-in CLI that
 records its calls: every recipe is trained, each after the recipes whose checkpoints it starts
 from or averages with ([train] init_from / average_with, passed as --init-from / --average-with)
-although name order says otherwise; only `ship = true`
-recipes are exported and carded; the bundles of `default = true` recipes come out marked
+although name order says otherwise, also when a recipe takes its init_from from the recipe it
+`extends`; only `ship = true` recipes are exported and carded (`ship` and `default` are never
+taken from an extended recipe); the bundles of `default = true` recipes come out marked
 `"default": true` (right after "name", where the shipped configs have it), the others unmarked.
 Seconds: no training happens."""
 
@@ -36,6 +37,8 @@ RECIPES = {
     "beta-grandchild": '[train]\ninit_from = "alpha-child"\n',
     "mid-plain": '',
     "aaa-soup": '[train]\ninit_from = "alpha-child"\naverage_with = "mid-plain"\nepochs = 0\n',
+    # alpha-child's init_from, not its default = true
+    "aab-stage": 'extends = "alpha-child"\n[train]\nseed = 3\n',
 }
 
 
@@ -64,22 +67,25 @@ def test_make_models_orders_by_init_from_ships_and_marks_defaults(tmp_path):
     assert lines[0] == "data"
     trained = [line.split()[1] for line in lines if line.startswith("train ")]
     assert trained == ["recipes/zeta-base.toml", "recipes/alpha-child.toml", "recipes/mid-plain.toml", "recipes/aaa-soup.toml",
-                       "recipes/beta-grandchild.toml"]
+                       "recipes/aab-stage.toml", "recipes/beta-grandchild.toml"]
     train_lines = {line.split()[1]: line for line in lines if line.startswith("train ")}
     assert "--init-from ckpt/zeta-base" in train_lines["recipes/alpha-child.toml"]
     assert "--init-from ckpt/alpha-child" in train_lines["recipes/beta-grandchild.toml"]
+    assert "--init-from ckpt/zeta-base" in train_lines["recipes/aab-stage.toml"]
     assert "--init-from" not in train_lines["recipes/zeta-base.toml"] + train_lines["recipes/mid-plain.toml"]
     assert "--init-from ckpt/alpha-child --average-with ckpt/mid-plain" in train_lines["recipes/aaa-soup.toml"]
     assert "--average-with" not in "".join(v for k, v in train_lines.items() if k != "recipes/aaa-soup.toml")
 
     exported = [line.split("--out ")[1].split()[0] for line in lines if line.startswith("export ")]
     carded = [line.split()[1] for line in lines if line.startswith("card ")]
-    assert exported == carded == ["repo/alpha-child", "repo/mid-plain", "repo/aaa-soup", "repo/beta-grandchild"]  # not zeta-base
+    assert exported == carded == ["repo/alpha-child", "repo/mid-plain", "repo/aaa-soup", "repo/aab-stage",
+                                  "repo/beta-grandchild"]  # not zeta-base
     assert not (repo / "zeta-base").exists()
-    configs = {name: json.loads((repo / name / "config.json").read_text()) for name in ("alpha-child", "beta-grandchild", "mid-plain")}
+    configs = {name: json.loads((repo / name / "config.json").read_text())
+               for name in ("alpha-child", "beta-grandchild", "mid-plain", "aab-stage")}
     assert list(configs["alpha-child"]) == ["format_version", "name", "default", "version", "task"]
     assert configs["alpha-child"]["default"] is True
-    assert not any("default" in configs[name] for name in ("beta-grandchild", "mid-plain"))
+    assert not any("default" in configs[name] for name in ("beta-grandchild", "mid-plain", "aab-stage"))
 
 
 @pytest.mark.parametrize("name, recipe", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,62 @@ def test_file_data_paths_resolve_against_the_recipe(tmp_path):
     assert Recipe.model_validate(recipe.model_dump(mode="json")) == recipe
 
 
+BASE_RECIPE = (
+    'name = "base"\ndescription = "the base"\nwall_time = "1 min"\nship = false\ndefault = true\n'
+    '[data]\ndataset = "snli"\n'
+    '[model]\narchitecture = "abcnn-3"\nnum_filters = 7\n'
+    '[limits]\nmax_lengths = { premise_ids = 8, hypothesis_ids = 8 }\n'
+    '[train]\nseed = 1\nlr = 0.01\nepochs = 2\n'
+)
+
+
+def test_extends_takes_the_base_tables_key_by_key_and_not_its_own_keys(tmp_path):
+    (tmp_path / "base.toml").write_text(BASE_RECIPE, encoding="utf-8")
+    (tmp_path / "child.toml").write_text(
+        'name = "child"\nextends = "base"\nwall_time = "2 min"\n'
+        '[model]\nhidden_dim = 30\n[limits]\nmax_lengths = { premise_ids = 5, hypothesis_ids = 6 }\n[train]\nseed = 4\n',
+        encoding="utf-8")
+    (tmp_path / "grandchild.toml").write_text('name = "grandchild"\nextends = "child"\n[train]\nlr = 0.5\n', encoding="utf-8")
+    child = load_recipe(tmp_path / "child.toml")
+    assert child.name == "child" and child.wall_time == "2 min" and child.description == "the base"
+    assert child.ship and not child.default  # each file's own: the schema defaults, not the base's false / true
+    assert child.data.dataset == "snli" and child.model.architecture == "abcnn-3"
+    assert child.model.overrides == {"num_filters": 7, "hidden_dim": 30}  # merged key by key
+    assert child.limits.max_lengths == {"premise_ids": 5, "hypothesis_ids": 6}  # an inline table is one value
+    assert (child.train.seed, child.train.lr, child.train.epochs) == (4, 0.01, 2)
+    grandchild = load_recipe(tmp_path / "grandchild.toml")
+    assert (grandchild.train.seed, grandchild.train.lr, grandchild.train.epochs) == (4, 0.5, 2)  # through the chain
+    assert grandchild.model.overrides == child.model.overrides and grandchild.wall_time == ""
+    assert grandchild.model_copy(update={"name": "child", "wall_time": "2 min", "train": child.train}) == child
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"a": 'name = "a"\nextends = "a"\n'}, "extends it again: a -> a"),
+    ({"a": 'name = "a"\nextends = "b"\n', "b": 'name = "b"\nextends = "a"\n'}, "extends it again: a -> b -> a"),
+    ({"a": 'name = "a"\nextends = "missing"\n'}, "no .*missing.toml"),
+    ({"a": 'name = "a"\nextends = "../base"\n'}, "expected a recipe name"),
+    ({"a": 'name = "a"\nextends = 3\n'}, "expected a recipe name"),
+], ids=["itself", "a-cycle", "missing", "a-path", "not-a-string"])
+def test_extends_refuses_a_cycle_a_missing_base_and_a_path(tmp_path, files, message):
+    (tmp_path / "base.toml").write_text(BASE_RECIPE, encoding="utf-8")
+    for name, text in files.items():
+        (tmp_path / f"{name}.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        load_recipe(tmp_path / "a.toml")
+
+
+def test_a_chain_stage_that_extends_another_is_short():
+    """The shipped /verify chain's stages extend each other: each file says what its stage changes."""
+    from training.recipes import recipe_table
+
+    extended = [path for path in RECIPES if "extends" in tomllib.loads(path.read_text(encoding="utf-8"))]
+    assert len(extended) >= 10
+    for path in extended:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
+        assert len(lines) <= 20, f"{path.name}: {len(lines)} lines; extend the nearest stage"
+        assert recipe_table(path)["name"] == path.stem
+
+
 def test_command_module_imports_no_torch():
     code = "import sys, training.commands, training.recipes; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
@@ -205,8 +262,6 @@ ALL_RECIPE_FILES = sorted((REPO / "recipes").rglob("*.toml")) + [REPO / "example
 
 
 def test_the_minimal_recipe_uses_glove_and_a_pretrained_vocabulary_by_default():
-    import tomllib
-
     from training.recipes import DEFAULT_PRETRAINED_VOCAB, MINIMAL_RECIPE
 
     raw = tomllib.loads(MINIMAL_RECIPE)
@@ -243,9 +298,9 @@ def test_the_minimal_recipe_uses_glove_and_a_pretrained_vocabulary_by_default():
 def test_existing_recipes_keep_the_values_they_trained_with(path):
     """Every recipe in the repository trains as it did before: a key whose default changed is
     either set in the file or would have resolved to the same value."""
-    import tomllib
+    from training.recipes import recipe_table
 
-    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    raw = recipe_table(path)  # a key set in the recipe it extends counts as set
     recipe = load_recipe(path)
     for (section, key), old in OLD_DEFAULTS.items():
         if key in raw.get(section, {}):
