@@ -57,6 +57,16 @@ def export(
     if pretrained_vocab is None:
         recipe = json.loads((checkpoint / CONFIG_FILE).read_text(encoding="utf-8")).get("recipe") or {}
         pretrained_vocab = (recipe.get("embeddings") or {}).get("export_pretrained_vocab")
+        # the recipe's figure is a most: a checkpoint with no more words than that (one fine-tuned from
+        # a bundle, which the export had cut already) is exported as it is
+        if pretrained_vocab is not None:
+            from tokenizers import Tokenizer
+
+            from training.checkpoint import TOKENIZER_FILE
+            from training.tokenizer import pretrained_count
+
+            if pretrained_vocab >= pretrained_count(Tokenizer.from_file(str(checkpoint / TOKENIZER_FILE))):
+                pretrained_vocab = None
     scratch = tempfile.TemporaryDirectory()
     if pretrained_vocab is not None:
         checkpoint = cut_pretrained_words(checkpoint, pretrained_vocab, Path(scratch.name) / checkpoint.name)

@@ -464,6 +464,40 @@ def test_a_bundle_turns_back_into_the_checkpoint_it_was_exported_from(tmp_path, 
         convert(tmp_path / "bundle", wider, tmp_path / "wrong")
 
 
+def test_a_checkpoint_rebuilt_from_a_cut_bundle_exports_again_under_its_recipe(tmp_path, monkeypatch):
+    """The recipe's [embeddings] export_pretrained_vocab is a most: `attserve export` cuts a
+    checkpoint with more pretrained-only words down to it, and exports one with no more (rebuilt
+    from a bundle that was cut already, to fine-tune it) as it is, where it used to refuse."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from export.rewrite.to_checkpoint import convert
+    from training.tokenizer import pretrained_count
+
+    unseen = ["zebra", "quartz", "okapi", "quokka", "lynx"]  # pretrained-only: the data never has them
+    _, _, _, recipe = _train_two_channel(tmp_path / "ckpt", monkeypatch, unseen, pretrained_vocab=10, epochs=1)
+    recipe = recipe.model_copy(update={"embeddings": recipe.embeddings.model_copy(update={"export_pretrained_vocab": 3})})
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    config["recipe"] = recipe.model_dump(mode="json")
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
+
+    def words_in(directory):
+        return pretrained_count(TextEncoder.from_file(directory / "tokenizer.json").tokenizer)
+
+    assert words_in(tmp_path / "ckpt") == 5
+    done = CliRunner().invoke(app, ["export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "cut")])
+    assert done.exit_code == 0, done.output
+    assert words_in(tmp_path / "cut") == 3
+    convert(tmp_path / "cut", recipe, tmp_path / "back")
+    assert words_in(tmp_path / "back") == 3
+    done = CliRunner().invoke(app, ["export", str(tmp_path / "back"), "--out", str(tmp_path / "again")])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (tmp_path / "cut" / "tokenizer.json").read_bytes()
+    # an explicit --pretrained-vocab over what the checkpoint has is still an error, not a silent no-op
+    done = CliRunner().invoke(app, ["export", str(tmp_path / "back"), "--out", str(tmp_path / "more"), "--pretrained-vocab", "5"])
+    assert done.exit_code != 0 and "cannot keep 5" in str(done.exception)
+
+
 def test_a_tuned_table_gains_words_only_when_its_rows_stayed_near_the_vectors(tmp_path):
     """--tuned-rows: a bundle with one fine-tuned table and no buckets. Refused without the flag,
     and refused when its rows moved away from the vectors; else old ids keep their logits."""
