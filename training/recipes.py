@@ -497,14 +497,14 @@ def options_markdown() -> str:
         "chain (`recipes/fever-attconv-*.toml`) is a few lines:",
         "",
         "```toml",
-        'name = "fever-attconv-swaps-half3"',
-        'extends = "fever-attconv-swaps-half2"',
+        'name = "fever-attconv-swaps-half2"',
+        'extends = "fever-attconv-swaps-half"',
         'wall_time = "..."',
         'ship = false',
         "",
         "[train]",
-        'init_from = "fever-attconv-half2avg-swaps"',
-        "seed = 11",
+        'init_from = "fever-attconv-halfavg-swaps"',
+        "seed = 9",
         "```",
     ]
     for title, cls in _SECTIONS:
