@@ -25,8 +25,8 @@ keeps equal to the output. A minimal recipe (MINIMAL_RECIPE: name, [data], [mode
 [limits]) trains on 50-d GloVe vectors with a 40,000-word pretrained vocabulary and, for AttConv,
 the tuned second channel: defaults that follow other keys, filled in by Recipe._resolve_defaults.
 
-`extends = "NAME"` starts from another recipe in the same directory, replacing its keys one
-level deep (`recipe_table`); `name`, `wall_time`, `ship` and `default` are each file's own.
+`extends = "NAME"` starts from another recipe (NAME.toml beside it, else in the folder above, so
+recipes/compare/ extends recipes/), replacing its keys one level deep (`recipe_table`); `name`, `wall_time`, `ship` and `default` are each file's own.
 
 Every table is strict (unknown keys are errors). The [model] table takes any key, because
 the architecture's config dataclass decides which fields exist: `Recipe.network_config()`
@@ -489,7 +489,8 @@ def options_markdown() -> str:
         "",
         "## Extending another recipe",
         "",
-        "`extends = \"NAME\"` (top level) starts from the recipe `NAME.toml` in the same directory, which may extend",
+        "`extends = \"NAME\"` (top level) starts from the recipe `NAME.toml` in the same directory, or, when there is",
+        "none there, in the folder above (a variant in `recipes/compare/` extends a recipe in `recipes/`); it may extend",
         "another in turn. Every table is taken from it key by key and the file's own keys replace its keys, one level",
         "deep: `[train] seed = 4` replaces the seed and keeps the rest of its `[train]`; an inline table such as",
         "`max_lengths` is one value. `name`, `wall_time`, `ship` and `default` are never taken: each file says its own.",
@@ -545,8 +546,9 @@ OWN_KEYS = ("name", "wall_time", "ship", "default")
 def recipe_table(path: str | Path) -> dict[str, Any]:
     """The recipe TOML at `path` as one table, with what it extends filled in.
 
-    `extends = "NAME"` starts from recipe NAME.toml in the same directory (which may itself extend
-    another): every table of NAME's is taken key by key, and this file's keys replace NAME's, one
+    `extends = "NAME"` starts from recipe NAME.toml in the same directory or, when there is none
+    there, in the folder above (a variant in recipes/compare/ extends a recipe in recipes/); it may
+    itself extend another. Every table of NAME's is taken key by key, and this file's keys replace NAME's, one
     level deep (`[train] seed = 4` replaces NAME's seed and keeps the rest of its [train]; an inline
     table such as `max_lengths` is one value). The keys in OWN_KEYS are each file's own. A key
     cannot be removed, only replaced: a recipe that needs fewer keys extends an earlier one."""
@@ -562,12 +564,13 @@ def _extended_table(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(base_name, str) or not _NAME.fullmatch(base_name):
         raise ValueError(f"{path}: extends = {base_name!r}: expected a recipe name (NAME for NAME.toml beside it)")
     chain = (*chain, path.resolve())
-    base_path = path.parent / f"{base_name}.toml"
+    beside, above = path.parent / f"{base_name}.toml", path.parent.parent / f"{base_name}.toml"
+    base_path = above if not beside.is_file() and above.is_file() else beside
     if base_path.resolve() in chain:
         raise ValueError(f"{path}: extends {base_name!r}, which extends it again: "
                          + " -> ".join(p.stem for p in (*chain, base_path.resolve())))
     if not base_path.is_file():
-        raise ValueError(f"{path}: extends {base_name!r}, but there is no {base_path}")
+        raise ValueError(f"{path}: extends {base_name!r}, but there is no {beside} (nor {above})")
     merged = {key: value for key, value in _extended_table(base_path, chain).items() if key not in OWN_KEYS}
     for key, value in raw.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):

@@ -233,6 +233,18 @@ def test_extends_refuses_a_cycle_a_missing_base_and_a_path(tmp_path, files, mess
         load_recipe(tmp_path / "a.toml")
 
 
+
+def test_extends_looks_beside_first_then_in_the_folder_above(tmp_path):
+    """A variant in recipes/compare/ extends a recipe in recipes/; a recipe of that name beside it wins."""
+    (tmp_path / "base.toml").write_text(BASE_RECIPE, encoding="utf-8")
+    compare = tmp_path / "compare"
+    compare.mkdir()
+    (compare / "variant.toml").write_text('name = "variant"\nextends = "base"\n[train]\nseed = 9\n', encoding="utf-8")
+    variant = load_recipe(compare / "variant.toml")
+    assert (variant.description, variant.train.seed, variant.train.lr) == ("the base", 9, 0.01)
+    (compare / "base.toml").write_text(BASE_RECIPE.replace('"the base"', '"the base beside it"'), encoding="utf-8")
+    assert load_recipe(compare / "variant.toml").description == "the base beside it"
+
 def test_a_chain_stage_that_extends_another_is_short():
     """The shipped /verify chain's stages extend each other: each file says what its stage changes."""
     from training.recipes import recipe_table
