@@ -26,7 +26,8 @@ keeps equal to the output. A minimal recipe (MINIMAL_RECIPE: name, [data], [mode
 the tuned second channel: defaults that follow other keys, filled in by Recipe._resolve_defaults.
 
 `extends = "NAME"` starts from another recipe (NAME.toml beside it, else in the folder above, so
-recipes/compare/ extends recipes/), replacing its keys one level deep (`recipe_table`); `name`, `wall_time`, `ship` and `default` are each file's own.
+recipes/compare/ extends recipes/), replacing its keys one level deep (`recipe_table`); `name`,
+`wall_time`, `ship` and `default` are each file's own.
 
 Every table is strict (unknown keys are errors). The [model] table takes any key, because
 the architecture's config dataclass decides which fields exist: `Recipe.network_config()`
@@ -548,10 +549,11 @@ def recipe_table(path: str | Path) -> dict[str, Any]:
 
     `extends = "NAME"` starts from recipe NAME.toml in the same directory or, when there is none
     there, in the folder above (a variant in recipes/compare/ extends a recipe in recipes/); it may
-    itself extend another. Every table of NAME's is taken key by key, and this file's keys replace NAME's, one
-    level deep (`[train] seed = 4` replaces NAME's seed and keeps the rest of its [train]; an inline
-    table such as `max_lengths` is one value). The keys in OWN_KEYS are each file's own. A key
-    cannot be removed, only replaced: a recipe that needs fewer keys extends an earlier one."""
+    itself extend another. Every table of NAME's is taken key by key, and this file's keys replace
+    NAME's, one level deep (`[train] seed = 4` replaces NAME's seed and keeps the rest of its
+    [train]; an inline table such as `max_lengths` is one value). The keys in OWN_KEYS are each
+    file's own. A key cannot be removed, only replaced: a recipe that needs fewer keys extends an
+    earlier one."""
     return _extended_table(Path(path), ())
 
 
