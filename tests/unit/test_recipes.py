@@ -233,7 +233,6 @@ def test_extends_refuses_a_cycle_a_missing_base_and_a_path(tmp_path, files, mess
         load_recipe(tmp_path / "a.toml")
 
 
-
 def test_extends_looks_beside_first_then_in_the_folder_above(tmp_path):
     """A variant in recipes/compare/ extends a recipe in recipes/; a recipe of that name beside it wins."""
     (tmp_path / "base.toml").write_text(BASE_RECIPE, encoding="utf-8")
@@ -244,6 +243,7 @@ def test_extends_looks_beside_first_then_in_the_folder_above(tmp_path):
     assert (variant.description, variant.train.seed, variant.train.lr) == ("the base", 9, 0.01)
     (compare / "base.toml").write_text(BASE_RECIPE.replace('"the base"', '"the base beside it"'), encoding="utf-8")
     assert load_recipe(compare / "variant.toml").description == "the base beside it"
+
 
 def test_a_chain_stage_that_extends_another_is_short():
     """The shipped /verify chain's stages extend each other: each file says what its stage changes."""
