@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from bench.reliability import ServiceProcess
+from bench.servers import free_port
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +72,10 @@ def test_real_server_serves_drains_on_sigterm_and_never_imports_torch(service_bu
 
 
 def test_cuda_without_gpu_fails_at_start(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "service", "--device", "cuda", "--model-repository", str(tmp_path)],
+    # a free port, not the default 8000: the port is checked first (exit 4), and a `make serve`
+    # left running on 8000 would answer for the device check
+    proc = subprocess.run([sys.executable, "-m", "service", "--device", "cuda", "--model-repository", str(tmp_path),
+                           "--host", "127.0.0.1", "--port", str(free_port())],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "ATTSERVE_DEVICE=cuda" in proc.stderr and "CUDAExecutionProvider" in proc.stderr
