@@ -12,7 +12,8 @@ import typer
 
 def run_server(server: "DrainingServer", sockets=None) -> int:
     """Serve until stopped; the exit code: 3 when a bundle failed to load or the server
-    could not start, else 0."""
+    could not start, else 0 (SIGTERM / SIGINT included: DrainingServer drains, and does not
+    die by the signal)."""
     server.run(sockets=sockets)
     if server.service.fatal is not None:
         typer.echo(f"error: {server.service.fatal}", err=True)
@@ -90,4 +91,11 @@ if _uvicorn is not None:
             if self._loop is not None and sig in (signal.SIGTERM, signal.SIGINT):
                 # signal handlers run between bytecodes; hand the work to the loop safely
                 self._loop.call_soon_threadsafe(self.service.begin_drain)
-            super().handle_exit(sig, frame)
+            # uvicorn's own handler does the same two steps and also records the signal, to
+            # raise it again once it has shut down: the process would then die by SIGTERM (143)
+            # after a clean drain. A drained stop is this service's normal end, exit 0 (README's
+            # exit codes; run_server), so the signal is handled here and not raised again.
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: stop without waiting for the drain
+            else:
+                self.should_exit = True

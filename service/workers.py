@@ -215,7 +215,8 @@ def run_workers(settings: Any, backlog: int, shared: Path) -> int:
         reservation.close()
         if created:
             shutil.rmtree(shared, ignore_errors=True)
-    # uvicorn re-raises the signal it drained on, so a clean worker ends by SIGTERM
+    # a worker that drained exits 0 (service.server.DrainingServer); one stopped by the
+    # signal before its server ran (still loading) ends by it, which is no failure either
     clean = (0, -signal.SIGTERM, -signal.SIGINT)
     if exit_code == 0 and any(p.exitcode not in clean for p in processes):
         exit_code = 1
