@@ -62,7 +62,11 @@ def train(
     threads: Annotated[int, typer.Option(help="torch CPU threads; 0 = every core this process may use.")] = 0,
     epochs: Annotated[Optional[int], typer.Option(help="Override the recipe's epochs.")] = None,
     max_train_examples: Annotated[Optional[int], typer.Option(help="Train on a seeded subset (smoke runs).")] = None,
-    max_minutes: Annotated[Optional[float], typer.Option(help="Time budget: stop after the first dev evaluation past it.")] = None,
+    max_minutes: Annotated[Optional[float], typer.Option(help="Soft time budget: stop after the first dev evaluation past it.")] = None,
+    time_budget: Annotated[Optional[float], typer.Option("--time-budget", min=0.01, help="Hard time budget in minutes for the whole run (data preparation, training, evaluation, checkpoint): training ends when the next step, a dev evaluation and the closing metrics would not fit; the best weights by dev so far are kept.")] = None,
+    precision: Annotated[str, typer.Option(help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16; weights and checkpoint stay fp32.")] = "auto",
+    compile_forward: Annotated[bool, typer.Option("--compile", help="torch.compile the network's forward (dynamic shapes); measure its payoff on your GPU first.")] = False,
+    loader_workers: Annotated[Optional[int], typer.Option("--loader-workers", min=0, help="DataLoader workers padding batches ahead (default: up to 4 on CUDA, 0 on CPU).")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto (CUDA when torch sees a GPU).")] = "cpu",
     glove_file: Annotated[Optional[Path], typer.Option(help="GloVe text file to use instead of the pinned package (recipes with glove = true).")] = None,
@@ -72,9 +76,12 @@ def train(
     force: Annotated[bool, typer.Option("--force", help="Replace the checkpoint already at --out.")] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics)."""
+    """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics). With --data-dir
+    a training pack (`attserve data pack`) the data, vectors and out-of-domain sets come from it alone."""
     from training.recipes import EmbeddingsSection, TrainSection, load_recipe
     from training.trainer import train as run_train
+    if precision not in ("auto", "fp32", "bf16"):
+        raise typer.BadParameter(f"{precision!r}: expected auto, fp32 or bf16", param_hint="--precision")
     loaded = load_recipe(recipe)
     changes = {k: v for k, v in {"epochs": epochs, "max_train_examples": max_train_examples, "max_wall_minutes": max_minutes, "lr": lr}.items() if v is not None}
     if changes:
@@ -97,7 +104,8 @@ def train(
 
     try:
         result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from,
-                           average_with=average_with)
+                           average_with=average_with, precision=precision, compile_network_forward=compile_forward,
+                           time_budget_minutes=time_budget, loader_worker_count=loader_workers)
     except VectorsUnavailable as exc:  # offline without the GloVe package: say how to go on, no traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -107,6 +115,7 @@ def train(
         f"checkpoint {result.checkpoint_dir}  wall time {result.wall_time_s:.0f} s  "
         f"{result.train_examples_per_s:.0f} train examples/s  epochs {result.epochs_run}"
         + ("  (stopped early)" if result.stopped_early else "")
+        + (f"  best at epoch {result.best_epoch}, step {result.best_step}" if time_budget is not None else "")
     )
 
 

@@ -16,6 +16,12 @@ Batches: examples are encoded once and kept unpadded; each epoch shuffles them, 
 chunks of `bucket_batches` batches by length and cuts the chunks into batches, then
 shuffles the batch order. Each batch is padded only to its own longest text, which the
 networks allow because an example's output never depends on its padding.
+
+On CUDA (training.acceleration): bf16 autocast over fp32 master weights, the fused Adam/AdamW,
+batches padded ahead by DataLoader workers into pinned memory, the step's loss and accuracy kept
+on the GPU until the progress bar or an evaluation reads them (no sync per step), and an opt-in
+torch.compile. Each is off on CPU unless asked for, so CPU training is what it was.
+`time_budget_minutes` (training.time_budget) ends a run in time and keeps the best weights.
 """
 
 from __future__ import annotations
@@ -45,7 +51,10 @@ from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save
 from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of
 from training.metrics import classification_metrics
 from training.pair_evaluation import RANKING_DATASETS, selection_metric, task_metrics
+from training.acceleration import (autocast, autocast_dtype, batch_stream, compile_network, fused_optimizer, loader_workers,
+                                   uncompile_network)
 from training.recipes import Recipe, TrainSection
+from training.time_budget import TimeBudget
 from training.tokenizer import build_tokenizer, save_tokenizer, trainable_rows
 
 log = logging.getLogger(__name__)
@@ -257,13 +266,15 @@ def evaluate(
 # Optimisation
 
 
-def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainSection) -> torch.optim.Optimizer:
+def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainSection, device_type: str = "cpu") -> torch.optim.Optimizer:
+    """The recipe's optimizer; Adam/AdamW fused into one kernel on CUDA (training.acceleration)."""
+    fused = {"fused": True} if fused_optimizer(cfg.optimizer, device_type) else {}
     if cfg.optimizer == "adagrad":
         return torch.optim.Adagrad(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
@@ -583,6 +594,11 @@ class LoopState:
     window: dict[str, float] = field(default_factory=lambda: {"loss": 0.0, "correct": 0, "seen": 0})
 
 
+# Steps between reads of the loss and accuracy on CUDA (each read waits for the GPU); on CPU every
+# step is read, as before.
+CUDA_STATS_EVERY = 50
+
+
 def train_one_epoch(
     network: TextClassifier,
     data: EncodedExamples,
@@ -596,40 +612,77 @@ def train_one_epoch(
     evaluate: Callable[[], bool] | None = None,
     bar_label: str = "",
     progress: bool = True,
+    amp_dtype: torch.dtype | None = None,
+    workers: int = 0,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
-    """One pass over `batches`: forward, loss, backward, clipping, optimizer and schedule steps;
-    `evaluate()` every `cfg.eval_every` steps, ending the epoch when it returns True (early stop
-    or time budget). Returns the epoch's mean training loss and accuracy."""
+    """One pass over `batches`: forward (autocast to `amp_dtype` when given), loss, backward,
+    clipping, optimizer and schedule steps; `evaluate()` every `cfg.eval_every` steps, ending the
+    epoch when it returns True (early stop or time budget); `out_of_time()`, asked before each
+    step, ends it too (state.out_of_time). Batches come padded from `workers` DataLoader workers
+    on CUDA (training.acceleration.batch_stream). Returns the epoch's mean training loss and
+    accuracy."""
     network.train()
-    bar = tqdm(batches, desc=bar_label, unit="batch", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=len(batches), desc=bar_label, unit="batch", disable=not progress, dynamic_ncols=True)
     loss_sum, correct_sum, seen = 0.0, 0, 0
-    for indices in bar:
-        tick = time.perf_counter()
-        ids, batch_labels = data.batch(indices, device)
-        loss, logits = network.training_loss(ids, batch_labels, **data.targets(indices, device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        optimizer.step()
-        if step_schedule is not None:
-            step_schedule.step()
-        state.train_seconds += time.perf_counter() - tick
-        state.step += 1
-        n = len(indices)
-        correct = int((logits.detach().argmax(-1) == batch_labels).sum())
-        batch_loss = float(loss.detach()) * n
-        state.examples_seen += n
-        loss_sum, correct_sum, seen = loss_sum + batch_loss, correct_sum + correct, seen + n
+    # loss x examples and correct predictions since the last read, on the device (no sync per step)
+    pending_loss: torch.Tensor | None = None
+    pending_correct: torch.Tensor | None = None
+    pending_seen = 0
+    stats_every = CUDA_STATS_EVERY if device.type == "cuda" else 1
+    stream = batch_stream(data, batches, device, workers)
+
+    def read_stats() -> None:
+        nonlocal loss_sum, correct_sum, seen, pending_loss, pending_correct, pending_seen
+        if pending_loss is None:
+            return
+        batch_loss, correct = float(pending_loss), int(pending_correct)
+        loss_sum, correct_sum, seen = loss_sum + batch_loss, correct_sum + correct, seen + pending_seen
         state.window["loss"] += batch_loss
         state.window["correct"] += correct
-        state.window["seen"] += n
-        bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct_sum / seen:.3f}", refresh=False)
-        if evaluate is not None and cfg.eval_every is not None and state.step % cfg.eval_every == 0:
-            stop = evaluate()
-            network.train()
-            if stop:
+        state.window["seen"] += pending_seen
+        pending_loss, pending_correct, pending_seen = None, None, 0
+
+    try:
+        for _ in range(len(batches)):
+            if out_of_time is not None and out_of_time():
+                state.out_of_time = True
                 break
+            tick = time.perf_counter()
+            ids, batch_labels, targets = next(stream)
+            with autocast(device.type, amp_dtype):
+                loss, logits = network.training_loss(ids, batch_labels, **targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            optimizer.step()
+            if step_schedule is not None:
+                step_schedule.step()
+            n = len(batch_labels)
+            step_loss = loss.detach().double() * n
+            step_correct = (logits.detach().argmax(-1) == batch_labels).sum()
+            pending_loss = step_loss if pending_loss is None else pending_loss + step_loss
+            pending_correct = step_correct if pending_correct is None else pending_correct + step_correct
+            pending_seen += n
+            state.step += 1
+            state.examples_seen += n
+            if state.step % stats_every == 0:
+                read_stats()  # waits for the GPU: the step time below includes its queue
+            state.train_seconds += time.perf_counter() - tick
+            bar.update(1)
+            if seen:
+                bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct_sum / seen:.3f}",
+                                items_s=f"{state.examples_seen / max(state.train_seconds, 1e-9):.0f}", refresh=False)
+            if evaluate is not None and cfg.eval_every is not None and state.step % cfg.eval_every == 0:
+                read_stats()
+                stop = evaluate()
+                network.train()
+                if stop:
+                    break
+    finally:
+        stream.close()  # stops DataLoader workers when the epoch ends early
+    read_stats()
     bar.close()
     return {"train_loss": loss_sum / max(1, seen), "train_accuracy": correct_sum / max(1, seen)}
 
@@ -679,6 +732,10 @@ def train(
     init_from: str | Path | None = None,
     select_metric: Callable[[np.ndarray], float] | None = None,
     average_with: str | Path | None = None,
+    precision: str = "auto",
+    compile_network_forward: bool = False,
+    time_budget_minutes: float | None = None,
+    loader_worker_count: int | None = None,
 ) -> TrainResult:
     """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
     data (tests, notebooks); `threads` defaults to every core this process may use; `device`
@@ -690,8 +747,13 @@ def train(
     `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
     dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric); for a
     mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
-    per-source accuracies are recorded in the history and the metrics (`by_source`)."""
+    per-source accuracies are recorded in the history and the metrics (`by_source`).
+    `precision` ("auto": bf16 autocast on CUDA, fp32 on CPU; "fp32"; "bf16"),
+    `compile_network_forward` (torch.compile) and `loader_worker_count` (default: by device) are
+    training.acceleration's; `time_budget_minutes` ends the run, data preparation included, in
+    that time (training.time_budget), keeping the best weights by dev."""
     started = time.perf_counter()
+    budget = TimeBudget(time_budget_minutes, started) if time_budget_minutes is not None else None
     cfg = recipe.train
     if cfg.average_with is not None and average_with is None:
         # with epochs = 0 the checkpoint would silently be init_from's weights alone
@@ -702,6 +764,8 @@ def train(
     threads = threads or available_cores()
     torch.set_num_threads(threads)
     target = resolve_device(device)
+    amp_dtype = autocast_dtype(target.type, precision)
+    workers = loader_workers(target.type, threads) if loader_worker_count is None else loader_worker_count
     seed_everything(cfg.seed)
 
     if splits is None:
@@ -739,6 +803,8 @@ def train(
     if average_with is not None:
         _average_weights(network, tokenizer, average_with, labels, cfg)
     network.to(target)
+    if compile_network_forward:
+        compile_network(network)
     params = [p for p in network.parameters() if p.requires_grad]
     log.info(
         "training",
@@ -754,10 +820,14 @@ def train(
             "trainable_parameters": sum(p.numel() for p in params),
             "threads": threads,
             "device": str(target),
+            "autocast": str(amp_dtype) if amp_dtype else None,
+            "loader_workers": workers,
+            "compiled": compile_network_forward,
+            "time_budget_minutes": time_budget_minutes,
         },
     )
 
-    optimizer = make_optimizer(params, cfg)
+    optimizer = make_optimizer(params, cfg, target.type)
     steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
     step_schedule = make_step_schedule(optimizer, cfg, steps_per_epoch * cfg.epochs)
     plateau = (
@@ -769,10 +839,16 @@ def train(
     batch_rng = np.random.default_rng(cfg.seed)
     state = LoopState()
 
+    ood_examples = sum(len(encoded) for _, encoded in ood_data)
+
     def evaluate_dev() -> bool:
         """A dev evaluation: recorded, kept if best, fed to the plateau schedule; True when
         training should stop (early stopping or the time budget)."""
-        dev, ood, score = validate(network, dev_data, labels, cfg.eval_batch_size, select_metric, dev_sources, ood_data)
+        tick = time.perf_counter()
+        with autocast(target.type, amp_dtype):
+            dev, ood, score = validate(network, dev_data, labels, cfg.eval_batch_size, select_metric, dev_sources, ood_data)
+        if budget is not None:
+            budget.record_evaluation(len(dev_data) + ood_examples, time.perf_counter() - tick)
         window = state.window
         record = {
             "epoch": state.epoch,
@@ -788,7 +864,7 @@ def train(
             "elapsed_s": round(time.perf_counter() - started, 2),
         }
         record["best"] = stopper.update(score, network, epoch=state.epoch, step=state.step)
-        state.out_of_time = cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes
+        state.out_of_time = state.out_of_time or (cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes)
         state.history.append(record)
         log.info("evaluation", extra=record)
         if plateau is not None:
@@ -796,12 +872,25 @@ def train(
         window.update(loss=0.0, correct=0, seen=0)
         return stopper.should_stop or state.out_of_time
 
+    # what is left to do once the budget ends training: a dev evaluation of the weights since the
+    # last one, then the kept weights' dev, test and out-of-domain metrics
+    closing_examples = len(dev_data) + len(test_data) + ood_examples
+
+    def out_of_time() -> bool:
+        if budget is None:
+            return False
+        per_example = state.train_seconds / state.examples_seen if state.examples_seen else None
+        step_seconds = state.train_seconds / state.step if state.step else 0.0
+        reserve = budget.reserve(len(dev_data) + ood_examples, closing_examples, per_example)
+        return not budget.step_fits(step_seconds, reserve)
+
     for epoch in range(1, cfg.epochs + 1):
         state.epoch = epoch
         batches = bucketed_batches(train_data.costs, cfg.batch_size, cfg.bucket_batches, batch_rng)
         epoch_stats = train_one_epoch(network, train_data, batches, optimizer, params, cfg, state, target, step_schedule,
-                                      evaluate_dev, f"{recipe.name} epoch {epoch}/{cfg.epochs}", progress)
-        if cfg.eval_every is None:
+                                      evaluate_dev, f"{recipe.name} epoch {epoch}/{cfg.epochs}", progress,
+                                      amp_dtype=amp_dtype, workers=workers, out_of_time=out_of_time if budget else None)
+        if cfg.eval_every is None and not (state.out_of_time and state.history and state.history[-1]["step"] == state.step):
             evaluate_dev()
         log.info("epoch", extra={"epoch": epoch, "step": state.step, **epoch_stats})
         if stopper.should_stop:
@@ -810,6 +899,7 @@ def train(
             break
         if state.out_of_time:
             log.info("time budget spent", extra={"epoch": epoch, "step": state.step, "max_wall_minutes": cfg.max_wall_minutes,
+                                                 "time_budget_minutes": time_budget_minutes,
                                                  "best_selection_score": stopper.best_score})
             break
     history, step, epoch = state.history, state.step, state.epoch
@@ -819,7 +909,7 @@ def train(
 
     stopper.restore(network)
     network.eval()
-    network.cpu()  # checkpoint, parity examples and callers work on CPU
+    uncompile_network(network)
 
     def final_metrics(data: EncodedExamples, part: str) -> dict[str, Any]:
         logits = predict_logits(network, data, cfg.eval_batch_size)
@@ -831,8 +921,10 @@ def train(
             metrics["ranking"] = task_metrics(splits.name, getattr(splits, part), labels, logits)
         return metrics
 
+    # in fp32 on the training device (a GPU scores the test set in seconds), then to CPU
     dev_metrics, test_metrics = final_metrics(dev_data, "dev"), final_metrics(test_data, "test")
     ood_metrics = evaluate_ood(network, ood_data, labels, cfg.eval_batch_size)
+    network.cpu()  # checkpoint, parity examples and callers work on CPU
     wall_time = time.perf_counter() - started
     result = TrainResult(
         checkpoint_dir=out_dir,
@@ -881,6 +973,12 @@ def train(
         "trainable_parameters": sum(p.numel() for p in params),
         "threads": threads,
         "device": str(target),
+        "autocast": str(amp_dtype) if amp_dtype else None,
+        "fused_optimizer": fused_optimizer(cfg.optimizer, target.type),
+        "loader_workers": workers,
+        "compiled": compile_network_forward,
+        "time_budget_minutes": time_budget_minutes,
+        "out_of_time": state.out_of_time,
         "gpu": torch.cuda.get_device_name(target) if target.type == "cuda" else None,
         "torch_version": torch.__version__,
         "machine": platform.machine(),
