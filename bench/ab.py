@@ -14,7 +14,12 @@ An arm's tree serves its own `model_repository/`; `single`, `explain` and `batch
 bench.workloads (one input per request, `explain` adds `"explain": true`, `batch` 32 inputs); a third part
 `minus-model` serves the same app with a constant answer in place of onnxruntime
 (bench/service_floor_app.py), the service's own floor; `http-floor` the bare web stack
-(bench/floor_app.py); `naive-ort` the unbatched FastAPI + onnxruntime server (bench/naive_ort_app.py).
+(bench/floor_app.py); `naive-ort` the unbatched FastAPI + onnxruntime server (bench/naive_ort_app.py);
+`raw-session` is no server: onnxruntime's `session.run` alone, in its own process pinned like a server,
+on the `batch` bodies tokenized and padded ahead (bench.engine.raw_session), so 32-pair requests
+through the service can be set against the raw session in one interleaved run (issue 57):
+
+    python -m bench.ab --arm raw=.:batch:raw-session --arm service=.:batch --concurrency 4 --duration 8
 `--arm-env LABEL=ATTSERVE_X=VALUE` (repeatable) sets a setting for one arm,
 so one tree can be compared with itself under two settings:
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +51,8 @@ APPS = {"service": servers.service_spec, "minus-model": servers.service_minus_mo
         # bench/floor_app.py: uvicorn + FastAPI answering a constant, no model, no checks
         "http-floor": lambda port, repository, model, **settings: servers.floor_spec(port),
         # bench/naive_ort_app.py: FastAPI + onnxruntime, one session.run per request, no batching
-        "naive-ort": lambda port, repository, model, **settings: servers.naive_ort_spec(port, repository / model)}
+        "naive-ort": lambda port, repository, model, **settings: servers.naive_ort_spec(port, repository / model),
+        "raw-session": None}  # not a server: raw_session_run
 
 
 def _arm(text: str) -> tuple[str, Path, str, str]:
@@ -54,8 +61,39 @@ def _arm(text: str) -> tuple[str, Path, str, str]:
     bodies, _, app_name = rest.partition(":")
     app_name = app_name or "service"
     if not label or not root or bodies not in ("single", "explain", "batch") or app_name not in APPS:
-        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch[:service|minus-model|http-floor|naive-ort]")
+        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch"
+                                 f"[:service|minus-model|http-floor|naive-ort|raw-session]")
+    if app_name == RAW_SESSION and bodies != "batch":
+        raise typer.BadParameter(f"--arm {text!r}: the raw session runs the batch bodies only")
     return label, Path(root).resolve(), bodies, app_name
+
+
+# not a server: bench.engine.raw_session, pinned to the server's core
+RAW_SESSION = "raw-session"
+SERVER_CPU = "0"
+
+
+def raw_session_run(root: Path, bodies: Path, model: str, seconds: int, work: Path) -> dict:
+    """onnxruntime's session.run alone on the batch bodies (bench.engine.raw_session), run from
+    `root` in its own process pinned to the server's core, as a run record like wrk's (its
+    latencies: the mean time per request, the session being called from one thread)."""
+    spec_path = work / f"raw-session-{time.monotonic_ns()}.json"
+    spec_path.write_text(json.dumps({
+        "bundle": str(root / "model_repository" / model), "examples": str(bodies), "threads": 1, "seconds": seconds,
+        "raw_session": {"max_batch_size": Settings.model_fields["max_batch_size"].default,
+                        "max_batch_delay_ms": Settings.model_fields["max_batch_delay_ms"].default}}))
+    out = subprocess.run(["taskset", "-c", SERVER_CPU, sys.executable, "-m", "bench.engine", str(spec_path)],
+                         capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    line = next((x for x in out.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
+    if out.returncode != 0 or line is None:
+        return {"error": f"bench.engine exited {out.returncode}: {out.stderr[-1000:]}", "items_per_s": 0.0,
+                "latency_ms": {"p50": 0.0, "p99": 0.0}, "errors": {"total": 1}}
+    raw = json.loads(line.removeprefix("BENCH_JSON "))["raw_session"]
+    ms = raw["ms_per_request"]
+    return {"loop": "in-process", "concurrency": 1, "requests": raw["requests"], "items": raw["requests"] * BATCH_INPUTS,
+            "duration_s": raw["seconds"], "requests_per_s": round(raw["requests"] / raw["seconds"], 2),
+            "items_per_s": raw["items_per_s"], "latency_ms": {"p50": ms, "p99": ms}, "errors": {"total": 0},
+            "graph_calls_per_request": raw["graph_calls_per_request"]}
 
 
 def _commit(root: Path) -> str:
@@ -95,6 +133,14 @@ def main(
     runs: list[dict] = []
     for round_ in range(repeats):
         for label, root, bodies, app_name in arms:
+            if app_name == RAW_SESSION:
+                run = raw_session_run(root, work / "bodies", model, duration, work)
+                run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2))
+                run["failed"] = is_failed(run)
+                runs.append(run)
+                typer.echo(f"round {round_ + 1}/{repeats} {label:10s} {run['items_per_s']:8.1f} items/s  "
+                           f"{run['latency_ms']['p50']:.2f} ms a request  load {run['load_1m']}", err=True)
+                continue
             spec = APPS[app_name](servers.free_port(), root / "model_repository", model,
                                         max_batch_size=Settings.model_fields["max_batch_size"].default,
                                         max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
@@ -102,7 +148,7 @@ def main(
             spec.code_root = root
             spec.env.update(extra.get(label, {}))
             body_file = work / "bodies" / f"{bodies}.jsonl"
-            with servers.Server(spec, "0", work / "logs") as server:
+            with servers.Server(spec, SERVER_CPU, work / "logs") as server:
                 per_request = BATCH_INPUTS if bodies == "batch" else 1
                 loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1", per_request)
                 run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1", per_request)

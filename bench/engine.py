@@ -9,6 +9,9 @@ share the measured core.
   inference thread, batching in arrival order, planned graph calls, rendered answers) fed the
   HTTP bench's own request bodies by N concurrent in-process callers: the service's code with
   no HTTP in front, so service / engine-requests is what HTTP, JSON and validation cost.
+- raw session: onnxruntime's `session.run` alone on the 32-input request bodies of
+  batch.jsonl, each request one batch, tokenized and padded ahead into the graph calls the
+  service's runtime plans for it: the figure issue 57 compares 32-pair requests with.
 - onnxruntime vs PyTorch eager on identical padded batches (training.batching.encode_examples).
 - ACT vs the Transformer baseline at the paper's settings: parameters and time per batch.
 """
@@ -174,6 +177,48 @@ def engine_requests(runtime, bodies: Path, concurrencies: list[int], seconds: fl
         return asyncio.run(run_all())
 
 
+def raw_session(runtime, bodies: Path, seconds: float, max_batch_size: int, max_batch_delay_ms: float) -> dict:
+    """Items per second of `session.run` alone on the 32-input requests of batch.jsonl (each
+    request one batch, as the batcher forms them when requests arrive whole: at most
+    max_batch_size items), tokenized by the service's encoder and padded into the graph calls
+    `runtime.infer_batch` plans for it, all ahead of the timing, after the service's own
+    warm-up (which measures the call overhead the plan uses). Nothing but onnxruntime is timed:
+    the service on the same bodies is compared with this (issue 57)."""
+    from types import SimpleNamespace
+
+    from service.engine import warm_up
+    from service.runtime import plan_calls
+    from service.settings import Settings
+
+    settings = Settings(model_repository=[runtime.bundle.path.parent], max_batch_size=max_batch_size,
+                        max_batch_delay_ms=max_batch_delay_ms, intra_op_threads=runtime.threads)
+    warm_up(runtime, settings)
+    rows = [json.loads(line) for line in (bodies / "batch.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    calls: list[dict] = []
+    items_total = 0
+    for row in rows:
+        items = service_items(runtime, [SimpleNamespace(**x) for x in row["inputs"]])
+        items_total += len(items)
+        plan = plan_calls([item.shape for item in items], runtime.shape_tokens, runtime.call_overhead_tokens,
+                          None if runtime.batch_sizes is None else runtime.rows)
+        calls += [runtime.feeds([items[k] for k in call]) for call in plan]
+    names, run = list(runtime.output_names), runtime.session.run
+    for feeds in calls:  # once, untimed
+        run(names, feeds)
+    passes = 0
+    t0 = time.perf_counter()
+    while True:  # whole passes over the requests
+        for feeds in calls:
+            run(names, feeds)
+        passes += 1
+        if time.perf_counter() - t0 >= seconds:
+            break
+    elapsed = time.perf_counter() - t0
+    return {"items_per_s": round(passes * items_total / elapsed, 2), "requests": passes * len(rows),
+            "graph_calls_per_request": round(len(calls) / len(rows), 3),
+            "ms_per_request": round(1000 * elapsed / (passes * len(rows)), 4), "seconds": round(elapsed, 3)}
+
+
 def ort_vs_torch(runtime, checkpoint: Path, examples: list, batch_sizes: list[int], seconds: float) -> dict:
     """Time per batch of the ONNX graph (onnxruntime) and of the checkpoint's PyTorch network
     (eager, inference mode) on the same padded id arrays."""
@@ -256,6 +301,12 @@ def main() -> None:
 
         examples = read_examples(Path(spec["examples"]))
         runtime = load_runtime(Path(spec["bundle"]), threads, spec.get("device", "cpu"))
+        if spec.get("raw_session"):  # alone: bench.ab's raw-session arm
+            r = spec["raw_session"]
+            print("BENCH_JSON " + json.dumps({"raw_session": raw_session(
+                runtime, Path(spec["examples"]), spec["seconds"], r["max_batch_size"], r["max_batch_delay_ms"])}),
+                flush=True)
+            return
         result["ceiling"] = engine_ceiling(runtime, examples, spec["batch_sizes"], spec["seconds"])
         if spec.get("requests"):
             r = spec["requests"]

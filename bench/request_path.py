@@ -9,6 +9,15 @@ so the profiled req/s is far below the real one: read the shares, not the absolu
 `bench.ab` for the throughput (the floors beside it in the README come from there).
 
     .venv/bin/python -m bench.request_path --seconds 5 --out bench/results/request-path
+
+`--stages` instead measures a 32-input request from bytes in to bytes out, per stage and per
+input (issue 57): the same app under wrk at c=4 with the 32-pair bodies gives the time a
+request costs the pinned core (unprofiled: the core is saturated, so 1 / throughput is its CPU
+time per request), then each stage of the path is timed alone, in order, on the same bodies
+(`stage_times`); what the stages do not account for is the HTTP stack, the event loop and the
+metrics around them.
+
+    .venv/bin/python -m bench.request_path --stages --dataset snli --out bench/results/request-path
 """
 
 from __future__ import annotations
@@ -20,14 +29,16 @@ import os
 import pstats
 import subprocess
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import typer
 
 from bench import servers
 from bench.loadgen import WRK_SCRIPT, pinned
-from bench.workloads import test_examples, write_bodies
+from bench.workloads import BATCH_INPUTS, test_examples, write_bodies
 
 # layer -> substrings of a function's file path; the first match wins (order matters)
 LAYERS = (
@@ -76,8 +87,201 @@ def _wrk(url: str, bodies: Path, seconds: int, concurrency: int, cpus: str | Non
     return json.loads(line.split(" ", 1)[1]) if line else {"raw": out[-500:]}
 
 
+# --- a 32-input request, stage by stage (--stages) --------------------------------------------
+
+# Rounds of (one wrk run of the service, one pass of every stage), interleaved so that other work
+# on the shared core disturbs both alike; the fastest of each is kept, the figure least disturbed.
+STAGE_ROUNDS = 5
+PARSE = "parse + validate (pydantic, from the body's bytes)"
+SERIALISE = "serialise (ignored fields, JSON)"
+SUBMIT = "engine.submit, end to end"
+
+
+def _per_argument(fn, arguments: list) -> float:
+    """Seconds per argument of `fn` called on each of `arguments` in turn."""
+    t0 = time.perf_counter()
+    for a in arguments:
+        fn(a)
+    return (time.perf_counter() - t0) / len(arguments)
+
+
+class StageTimer:
+    """Each stage of the 32-input path timed alone on the same request bodies, with the
+    service's own functions (the hot path's validator, the engine's checks and answers, the
+    task encoder, the runtime's plan, feeds and session, the answer's JSON writer). "engine
+    bookkeeping" is `Engine.submit` from `concurrency` callers on uvloop (the server's load; its
+    time per request) minus the stages it runs."""
+
+    def __init__(self, bundle: Path, raw_bodies: list[bytes], concurrency: int) -> None:
+        from pydantic import TypeAdapter
+
+        from service.engine import Engine, warm_up
+        from service.metrics import Metrics
+        from service.routes import ANSWER_JSON, TASK_BODIES
+        from service.runtime import CPU, ModelRuntime
+        from service.settings import Settings
+        from service.tasks import encode
+
+        self.settings = Settings(model_repository=[bundle.parent], intra_op_threads=1, max_queue=4096)
+        self.runtime = runtime = ModelRuntime.load(bundle, [CPU], 1)
+        warm_up(runtime, self.settings)
+        self.engine = engine = Engine(runtime, self.settings, Metrics())
+        self.concurrency = concurrency
+        self.raw = raw_bodies
+        self.adapter = TypeAdapter(TASK_BODIES[engine.task.endpoint][1])
+        self.bodies = [self.adapter.validate_json(raw) for raw in raw_bodies]
+        self.inputs = [body.inputs for body in self.bodies]
+        self.encode = lambda x: encode(runtime, x)
+        self.items = [[e.item for e in self.encode(x)] for x in self.inputs]
+        self.feeds = [[runtime.feeds([batch[k] for k in call]) for call in self.plan(batch)] for batch in self.items]
+        outputs = [runtime.infer_batch(batch)[0] for batch in self.items]
+        self.done = [[SimpleNamespace(output=o, truncated=False, unknown_share=0.0, tokens=None, batch_id=1,
+                                      queue_s=0.0, inference_s=0.0) for o in out] for out in outputs]
+        self.results = [engine.render(d).results for d in self.done]
+        self.dump = ANSWER_JSON.dump_json
+
+    def plan(self, batch: list) -> list[list[int]]:
+        from service.runtime import plan_calls
+
+        r = self.runtime
+        return plan_calls([item.shape for item in batch], r.shape_tokens, r.call_overhead_tokens,
+                          None if r.batch_sizes is None else r.rows)
+
+    def once(self) -> dict[str, float]:
+        """One pass of every stage over the bodies: seconds per request."""
+        r, e = self.runtime, self.engine
+        t: dict[str, float] = {}
+        t[PARSE] = _per_argument(self.adapter.validate_json, self.raw)
+        t["checks (sizes, queue room, text limits)"] = _per_argument(lambda x: e.check(x, batch=True), self.inputs)
+        t["tokenize (encode per field, items)"] = _per_argument(self.encode, self.inputs)
+        t["plan + pad into feeds"] = _per_argument(lambda b: [r.feeds([b[k] for k in c]) for c in self.plan(b)],
+                                                   self.items)
+        t["session.run"] = _per_argument(lambda fs: [r.run(f) for f in fs], self.feeds)
+        # infer_batch: plan, feeds, run, then the outputs per item
+        t["outputs per item (softmax, argmax, rows)"] = _per_argument(r.infer_batch, self.items)
+        t["answers (engine.render)"] = _per_argument(e.render, self.done)
+        t[SERIALISE] = _per_argument(lambda br: (br[0].ignored_fields(), self.dump({"results": br[1]})),
+                                     list(zip(self.bodies, self.results)))
+        t[SUBMIT] = self.submit()
+        return t
+
+    def submit(self) -> float:
+        """Seconds per request of `Engine.submit` on the bodies from `concurrency` callers."""
+        import asyncio
+
+        from service.engine import Engine
+        from service.metrics import Metrics
+
+        async def run() -> float:
+            engine = Engine(self.runtime, self.settings, Metrics())
+            engine.start()
+            loop = asyncio.get_running_loop()
+
+            async def caller(share: list) -> None:
+                for x in share:
+                    await engine.submit(x, deadline=loop.time() + 30.0, batch=True)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(caller(self.inputs[c::self.concurrency]) for c in range(self.concurrency)))
+            elapsed = (time.perf_counter() - t0) / len(self.inputs)
+            await engine.drain(5.0)
+            return elapsed
+
+        try:
+            import uvloop
+
+            return uvloop.run(run())
+        except ImportError:
+            return asyncio.run(run())
+
+    @staticmethod
+    def split(best: dict[str, float], request_s: float) -> dict[str, float]:
+        """The fastest of each stage -> the rows of the table: the outputs stage is infer_batch
+        minus the plan, feeds and run timed alone, the bookkeeping `Engine.submit` minus the
+        stages inside it, the rest the service's time per request minus all that."""
+        t = dict(best)
+        whole = t["outputs per item (softmax, argmax, rows)"]
+        t["outputs per item (softmax, argmax, rows)"] = max(0.0, whole - t["plan + pad into feeds"] - t["session.run"])
+        inside = whole + t["checks (sizes, queue room, text limits)"] + t["tokenize (encode per field, items)"] \
+            + t["answers (engine.render)"]
+        submit = t.pop(SUBMIT)
+        t["engine bookkeeping (queue, futures, thread hand-offs)"] = max(0.0, submit - inside)
+        t["HTTP in and out, event loop, metrics (the rest)"] = request_s - submit - t[PARSE] - t[SERIALISE]
+        return t
+
+
+def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset: str, server_cpu: str,
+                client_cpu: str, out: Path) -> None:
+    import uvicorn
+
+    os.environ.update({"ATTSERVE_MODEL_REPOSITORY": str(servers.REPO / "model_repository"), "ATTSERVE_MODELS": model,
+                       "ATTSERVE_DEVICE": "cpu", "ATTSERVE_INTRA_OP_THREADS": "1", "ATTSERVE_MAX_QUEUE": "4096",
+                       "ATTSERVE_LOG_LEVEL": "WARNING"})
+    os.sched_setaffinity(0, {int(c) for c in server_cpu.split(",")})
+    from service.app import create_app
+
+    out.mkdir(parents=True, exist_ok=True)
+    body_dir = Path(tempfile.mkdtemp(prefix="request-path-"))
+    write_bodies(test_examples(dataset, None, 2000), body_dir)
+    bodies = body_dir / "batch.jsonl"
+    raw_bodies = [line.encode() for line in bodies.read_text(encoding="utf-8").splitlines() if line]
+    timer = StageTimer(servers.REPO / "model_repository" / model, raw_bodies, concurrency)
+    port = servers.free_port()
+    url = f"http://127.0.0.1:{port}"
+    app = create_app()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    runs: list[dict] = []
+    passes: list[dict[str, float]] = []
+
+    async def drive() -> None:
+        task = asyncio.create_task(server.serve())
+        while not (server.started and getattr(app.state, "service", None) and app.state.service.loaded):
+            await asyncio.sleep(0.1)
+        run = lambda s: asyncio.to_thread(_wrk, url, bodies, s, concurrency, client_cpu)  # noqa: E731
+        await run(warmup)
+        for _ in range(STAGE_ROUNDS):
+            runs.append(await run(seconds))
+            passes.append(await asyncio.to_thread(timer.once))  # the server idle meanwhile
+        server.should_exit = True
+        await task
+
+    try:
+        import uvloop
+        uvloop.run(drive())
+    except ImportError:
+        asyncio.run(drive())
+    per_run = [r["duration_us"] / 1e6 / max(1, r["requests"]) for r in runs]
+    request_s = min(per_run)
+    best = {name: min(p[name] for p in passes) for name in passes[0]}
+    times = StageTimer.split(best, request_s)
+    rows = [{"stage": name, "us_per_request": 1e6 * t, "us_per_item": 1e6 * t / BATCH_INPUTS,
+             "share": t / request_s} for name, t in times.items()]
+    report = {"model": model, "dataset": dataset, "concurrency": concurrency, "seconds": seconds,
+              "rounds": STAGE_ROUNDS, "server_cpu": server_cpu, "client_cpu": client_cpu,
+              "loadavg_at_end": os.getloadavg(),
+              "service": {"items_per_s": BATCH_INPUTS / request_s, "us_per_request": 1e6 * request_s,
+                          "items_per_s_per_run": [round(BATCH_INPUTS / x, 1) for x in per_run],
+                          "errors_per_run": [r.get("errors") for r in runs]},
+              "stages": rows, "passes_us_per_request": [{k: round(1e6 * v, 1) for k, v in p.items()} for p in passes]}
+    (out / "stages.json").write_text(json.dumps(report, indent=1) + "\n")
+    lines = [f"32-input requests at c={concurrency}: {BATCH_INPUTS / request_s:,.0f} items/s, "
+             f"{1e6 * request_s:,.0f} µs a request on the pinned core (the fastest of {STAGE_ROUNDS} runs: "
+             f"{', '.join(f'{BATCH_INPUTS / x:,.0f}' for x in per_run)} items/s); each stage the fastest of "
+             f"{STAGE_ROUNDS} passes\n",
+             "| stage | µs/request | µs/item | share |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['stage']} | {r['us_per_request']:,.0f} | {r['us_per_item']:.1f} | {100 * r['share']:.1f} % |"
+              for r in rows]
+    (out / "stages.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main(seconds: int = 5, warmup: int = 2, concurrency: int = 32, model: str = "snli-attconv-light",
-         server_cpu: str = "0", client_cpu: str = "1", out: Path = Path("bench/results/request-path")) -> None:
+         server_cpu: str = "0", client_cpu: str = "1", out: Path = Path("bench/results/request-path"),
+         stages: bool = typer.Option(False, help="profile 32-input requests stage by stage (c=4 unless --concurrency)"),
+         dataset: str = typer.Option("snli", help="--stages: the dataset whose test pairs are sent (or a .jsonl file)")) -> None:
+    if stages:
+        stages_main(seconds, warmup, 4 if concurrency == 32 else concurrency, model, dataset, server_cpu, client_cpu, out)
+        return
     import uvicorn
 
     os.environ.update({"ATTSERVE_MODEL_REPOSITORY": str(servers.REPO / "model_repository"), "ATTSERVE_MODELS": model,
