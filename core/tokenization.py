@@ -7,10 +7,12 @@ numpy + tokenizers only (the serving image has no torch).
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 import zlib
 from dataclasses import dataclass
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Sequence
 
@@ -34,6 +36,75 @@ def oov_token(index: int) -> str:
 def oov_bucket(word: str, buckets: int) -> int:
     """The bucket of an unknown word: stable across processes and machines (crc32, not hash())."""
     return zlib.crc32(unicodedata.normalize("NFKC", word).lower().encode("utf-8")) % buckets
+
+# --- ASCII texts without the tokenizers library ---------------------------------------------
+# The text rules every bundle's tokenizer.json has (training.tokenizer): NFKC, literal string
+# replacements (the PTB bracket escapes), lower-casing; split at whitespace, each punctuation
+# character a token of its own; a word-level vocabulary. On an ASCII text NFKC changes nothing,
+# and the rest is what `str.replace`, `str.lower` and one regular expression do, exactly, for a
+# seventh of the library's cost a text (its Encoding objects dominate a short text). A text
+# outside these terms (non-ASCII, an added token's first character, a word outside the
+# vocabulary where a replacement applies) goes to the library as before.
+# Rust's char::is_whitespace on ASCII (not \x1c-\x1f, which str.isspace and re's \s include).
+_ASCII_WHITESPACE = " \t\n\x0b\x0c\r"
+# The Punctuation pre-tokenizer on ASCII: is_ascii_punctuation, the 32 characters !../:..@[..`{..~
+_ASCII_PUNCTUATION = r"!-/:-@\[-`{-~"
+_ASCII_WORDS = re.compile(rf"[{_ASCII_PUNCTUATION}]|[^{_ASCII_WHITESPACE}{_ASCII_PUNCTUATION}]+")
+
+
+@dataclass(frozen=True)
+class AsciiRules:
+    """A tokenizer's text rules when they are the ones above (`of`: None otherwise): its
+    replacements in order, its word-level vocabulary, and the first characters of its added
+    tokens (a text holding one may hold the token, which the library matches before the rules)."""
+
+    replacements: tuple[tuple[str, str], ...]
+    vocab: dict[str, int]
+    added_first_chars: frozenset[str]
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> "AsciiRules | None":
+        spec = json.loads(tokenizer.to_str())
+        normalizer, pre, model = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+        steps = normalizer.get("normalizers") if normalizer.get("type") == "Sequence" else None
+        if (not steps or steps[0] != {"type": "NFKC"} or steps[-1] != {"type": "Lowercase"}
+                or pre != {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+                                                                 {"type": "Punctuation", "behavior": "Isolated"}]}
+                or model.get("type") != "WordLevel"):
+            return None
+        replacements = []
+        for step in steps[1:-1]:
+            pattern = step.get("pattern") or {}
+            if step.get("type") != "Replace" or set(pattern) != {"String"} or not pattern["String"]:
+                return None
+            replacements.append((pattern["String"], step["content"]))
+        if not all(old.isascii() and new.isascii() for old, new in replacements):
+            return None
+        firsts = {t["content"][0] for t in spec.get("added_tokens") or () if t.get("content")}
+        firsts |= {c.upper() for c in firsts} | {c.lower() for c in firsts}
+        return cls(tuple(replacements), dict(model["vocab"]), frozenset(firsts))
+
+    def takes(self, text: str) -> bool:
+        return text.isascii() and not any(c in text for c in self.added_first_chars)
+
+    def ids(self, text: str, unk_id: int) -> list[int]:
+        """The ids the library gives `text` (one `takes`), unknown words as `unk_id`."""
+        for old, new in self.replacements:
+            if old in text:
+                text = text.replace(old, new)
+        return list(map(self.vocab.get, _ASCII_WORDS.findall(text.lower()), repeat(unk_id)))
+
+    def hashed_ids(self, text: str, unk_id: int, oov_base: int, buckets: int) -> list[int] | None:
+        """`ids` with each unknown word in its hash bucket (oov_bucket of its text as sent), or
+        None when a replacement applies to `text` (a replaced word's span is not its own: the
+        library's offsets are needed)."""
+        if any(old in text for old, _ in self.replacements):
+            return None
+        get = self.vocab.get
+        return [oov_base + oov_bucket(text[m.start():m.end()], buckets) if (i := get(m.group())) is None else i
+                for m in _ASCII_WORDS.finditer(text.lower())]
+
+
 # One short text goes through `encode`: `encode_batch` dispatches to rayon's pool, ~30% dearer
 # for one text. Longer texts take `encode_batch` even alone, because it releases the GIL and
 # `encode` does not: a 1 MB text tokenized in a worker thread would otherwise stall the event loop.
@@ -75,6 +146,7 @@ class TextEncoder:
         self.unk_id = tokenizer.token_to_id(UNK_TOKEN)
         self.oov_base, self.oov_buckets = _oov_range(tokenizer)
         self._unknown = frozenset(self.unknown_ids())
+        self.ascii_rules = AsciiRules.of(tokenizer)
 
     def unknown_ids(self) -> list[int]:
         """Ids a word outside the vocabulary can get: [UNK] and the hash buckets."""
@@ -103,20 +175,14 @@ class TextEncoder:
         if not texts:
             return Encoded([], [], None, [])
         describing = describe is not None and any(describe)
+        if not describing and self.ascii_rules is not None:
+            return self._encode_ascii_first(texts, max_length)
         if len(texts) == 1 and len(texts[0]) <= SHORT_TEXT_CHARS:
             encodings = [self.tokenizer.encode(texts[0], add_special_tokens=False)]
         elif describing:
             encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         else:
-            # Without character offsets: 25% less time a text (the pre-tokenizer dominates). Only
-            # a text with an unknown word needs its offsets (to hash the word): encoded again.
-            encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
-            if self.oov_buckets:
-                again = [i for i, e in enumerate(encodings) if self.unk_id in e.ids]
-                if again:
-                    redone = self.tokenizer.encode_batch([texts[i] for i in again], add_special_tokens=False)
-                    for i, e in zip(again, redone, strict=True):
-                        encodings[i] = e
+            encodings = self._encode_without_offsets(texts)
         ids = [self._hash_unknown(text, e) for text, e in zip(texts, encodings)]
         cut = [max(0, len(x) - max_length) for x in ids]
         tokens = None
@@ -129,6 +195,41 @@ class TextEncoder:
         unknown = [self.count_unknown(row) if self.unk_id in e.ids else 0
                    for e, row in zip(encodings, kept, strict=True)]
         return Encoded(kept, cut, tokens, unknown)
+
+    def _encode_without_offsets(self, texts: Sequence[str]) -> list:
+        """The library's encodings of `texts`, without character offsets (25% less time a text:
+        the pre-tokenizer dominates) except for a text with an unknown word, encoded again with
+        them when its word is hashed."""
+        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        if self.oov_buckets:
+            again = [i for i, e in enumerate(encodings) if self.unk_id in e.ids]
+            if again:
+                redone = self.tokenizer.encode_batch([texts[i] for i in again], add_special_tokens=False)
+                for i, e in zip(again, redone, strict=True):
+                    encodings[i] = e
+        return encodings
+
+    def _encode_ascii_first(self, texts: Sequence[str], max_length: int) -> Encoded:
+        """`encode` without `describe`: each text the ASCII rules take is encoded by them (an
+        unknown word hashed where they can), the others by the library in one batch."""
+        rules, unk = self.ascii_rules, self.unk_id
+        ids: list[list[int] | None] = [rules.ids(t, unk) if rules.takes(t) else None for t in texts]
+        # a word outside the vocabulary is [UNK] before hashing (a scan in C); only those texts
+        # count their kept ids, as `encode` does
+        had_unknown = [row is not None and unk in row for row in ids]
+        if self.oov_buckets:
+            for i, flag in enumerate(had_unknown):
+                if flag:
+                    ids[i] = rules.hashed_ids(texts[i], unk, self.oov_base, self.oov_buckets)
+        rest = [i for i, row in enumerate(ids) if row is None]
+        if rest:
+            for i, e in zip(rest, self._encode_without_offsets([texts[i] for i in rest]), strict=True):
+                ids[i] = self._hash_unknown(texts[i], e)
+                had_unknown[i] = unk in e.ids
+        cut = [max(0, len(x) - max_length) for x in ids]
+        kept = [x[:max_length] if len(x) > max_length else x for x in ids]
+        unknown = [self.count_unknown(row) if flag else 0 for row, flag in zip(kept, had_unknown, strict=True)]
+        return Encoded(kept, cut, None, unknown)
 
     def _hash_unknown(self, text: str, encoding) -> list[int]:
         ids = encoding.ids
