@@ -37,14 +37,21 @@ def oov_bucket(word: str, buckets: int) -> int:
     """The bucket of an unknown word: stable across processes and machines (crc32, not hash())."""
     return zlib.crc32(unicodedata.normalize("NFKC", word).lower().encode("utf-8")) % buckets
 
+
+# One short text goes through `encode`: `encode_batch` dispatches to rayon's pool, ~30% dearer
+# for one text. Longer texts take `encode_batch` even alone, because it releases the GIL and
+# `encode` does not: a 1 MB text tokenized in a worker thread would otherwise stall the event loop.
+SHORT_TEXT_CHARS = 2048
+
+
 # --- ASCII texts without the tokenizers library ---------------------------------------------
 # The text rules every bundle's tokenizer.json has (training.tokenizer): NFKC, literal string
 # replacements (the PTB bracket escapes), lower-casing; split at whitespace, each punctuation
 # character a token of its own; a word-level vocabulary. On an ASCII text NFKC changes nothing,
 # and the rest is what `str.replace`, `str.lower` and one regular expression do, exactly, for a
 # seventh of the library's cost a text (its Encoding objects dominate a short text). A text
-# outside these terms (non-ASCII, an added token's first character, a word outside the
-# vocabulary where a replacement applies) goes to the library as before.
+# outside these terms (non-ASCII, longer than SHORT_TEXT_CHARS, an added token's first
+# character, a word outside the vocabulary where a replacement applies) goes to the library.
 # Rust's char::is_whitespace on ASCII (not \x1c-\x1f, which str.isspace and re's \s include).
 _ASCII_WHITESPACE = " \t\n\x0b\x0c\r"
 # The Punctuation pre-tokenizer on ASCII: is_ascii_punctuation, the 32 characters !../:..@[..`{..~
@@ -85,7 +92,9 @@ class AsciiRules:
         return cls(tuple(replacements), dict(model["vocab"]), frozenset(firsts))
 
     def takes(self, text: str) -> bool:
-        return text.isascii() and not any(c in text for c in self.added_first_chars)
+        # a long text goes to the library, whose batch call releases the GIL (as `encode` says)
+        return (len(text) <= SHORT_TEXT_CHARS and text.isascii()
+                and not any(c in text for c in self.added_first_chars))
 
     def ids(self, text: str, unk_id: int) -> list[int]:
         """The ids the library gives `text` (one `takes`), unknown words as `unk_id`."""
@@ -103,12 +112,6 @@ class AsciiRules:
         get = self.vocab.get
         return [oov_base + oov_bucket(text[m.start():m.end()], buckets) if (i := get(m.group())) is None else i
                 for m in _ASCII_WORDS.finditer(text.lower())]
-
-
-# One short text goes through `encode`: `encode_batch` dispatches to rayon's pool, ~30% dearer
-# for one text. Longer texts take `encode_batch` even alone, because it releases the GIL and
-# `encode` does not: a 1 MB text tokenized in a worker thread would otherwise stall the event loop.
-SHORT_TEXT_CHARS = 2048
 
 
 @dataclass(frozen=True)
