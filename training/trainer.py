@@ -92,9 +92,13 @@ def available_cores() -> int:
 
 
 def load_splits(recipe: Recipe, cache_dir: str | Path | None = None) -> DatasetSplits:
-    """The recipe's dataset: a named one (training.datasets) or its train/dev/test files."""
+    """The recipe's dataset: a named one (training.datasets) or its train/dev/test files; from
+    the training pack when `cache_dir` is one (training.pack)."""
     from training.datasets import load_dataset, load_from_files  # lazy: written beside this module
+    from training import pack
 
+    if pack.is_pack(cache_dir):
+        return pack.load_pack_splits(cache_dir, recipe)
     data = recipe.data
     if data.dataset is not None:
         return load_dataset(data.dataset, cache_dir=cache_dir)
@@ -344,9 +348,13 @@ class TrainResult:
 
 
 def load_vectors(recipe: Recipe, cache_dir: str | Path | None) -> tuple[list[str], np.ndarray]:
-    """The recipe's pretrained vectors: the pinned package's, or its `glove_file`'s."""
+    """The recipe's pretrained vectors: the pinned package's, or its `glove_file`'s; from the
+    training pack when `cache_dir` is one (cut to the packed recipes' words, float16 there)."""
     from training.embeddings import load_glove, read_glove_text
+    from training import pack
 
+    if pack.is_pack(cache_dir):
+        return pack.load_pack_vectors(cache_dir, recipe)
     glove_file = recipe.embeddings.glove_file
     if glove_file:
         return read_glove_text(glove_file)
@@ -374,17 +382,21 @@ def init_embeddings_from_glove(
     vectors: tuple[list[str], np.ndarray],
     freeze_pretrained: bool = False,
     tuned_channel: bool = False,
+    vectors_std: float | None = None,
 ) -> float:
     """Copy pretrained rows into every word-embedding table; returns the vocabulary coverage.
     With `freeze_pretrained` the rows that got a vector receive no gradient (the others train).
     With `tuned_channel` the full table is frozen and the network's tuned table (its first rows)
-    starts from the same rows and trains."""
+    starts from the same rows and trains. `vectors_std`: the whole vector set's standard deviation
+    when `vectors` is a cut of it (a training pack), so the rows without a vector start as they
+    would from the whole set."""
     from training.embeddings import embedding_matrix
 
     words, table = vectors
     # Rows without a vector start at the pretrained vectors' own scale when those are frozen: a
     # fixed vector of norm ~4 would drown a small random row in every dot-product match.
-    scale = {"oov_scale": float(table.std())} if freeze_pretrained or tuned_channel else {}
+    std = float(table.std()) if vectors_std is None else vectors_std
+    scale = {"oov_scale": std} if freeze_pretrained or tuned_channel else {}
     matrix, coverage = embedding_matrix(vocab, words, table, seed=seed, **scale)
     layers = network.embedding_layers()
     if not layers:
@@ -507,6 +519,20 @@ def _load_initial_weights(network: TextClassifier, tokenizer, checkpoint_dir: st
     log.info("initial weights loaded", extra={"checkpoint": str(checkpoint_dir)})
 
 
+def recipe_tokenizer(recipe: Recipe, train_examples: Sequence[Example], vectors: tuple[list[str], np.ndarray] | None) -> Tokenizer:
+    """The vocabulary a recipe trains with: its training words, hash buckets and the first
+    [tokenizer] pretrained_vocab words of its vectors (training.tokenizer.build_tokenizer).
+    `attserve data pack` builds it too, to cut the vectors to the words it uses."""
+    return build_tokenizer(
+        (text for example in train_examples for text in texts_of(example)),
+        min_frequency=recipe.tokenizer.min_frequency,
+        max_vocab=recipe.tokenizer.max_vocab,
+        pretrained_words=vectors[0] if vectors else (),
+        max_pretrained=recipe.tokenizer.pretrained_vocab,
+        oov_buckets=recipe.tokenizer.oov_buckets,
+    )
+
+
 @dataclass
 class PreparedData:
     """A recipe's data ready for the loop: the tokenizer it built (or kept), every split
@@ -529,9 +555,10 @@ class PreparedData:
 
 def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str], np.ndarray] | None,
                  out_dir: Path, init_from: str | Path | None,
-                 select_metric: Callable[[np.ndarray], float] | None) -> PreparedData:
+                 select_metric: Callable[[np.ndarray], float] | None, ood_root: str | Path | None = None) -> PreparedData:
     """Tokenizer (written to `out_dir`), encoded splits, the selection metric, the statement-only
-    prior and the out-of-domain sets of `recipe` on `splits` (see `train`)."""
+    prior and the out-of-domain sets of `recipe` on `splits` (see `train`; `ood_root`: where
+    they are read, default training.ood.ood_dir())."""
     cfg = recipe.train
     labels = list(splits.labels)
     train_examples = subsample(splits.train, cfg.max_train_examples, cfg.seed)
@@ -539,14 +566,8 @@ def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str]
 
     # Fine-tuning keeps the checkpoint's vocabulary (its embedding rows are indexed by it), cut to
     # the recipe's pretrained_vocab when that is smaller (a bundle size budget).
-    tokenizer = _initial_tokenizer(init_from, recipe.tokenizer.pretrained_vocab) if init_from is not None else build_tokenizer(
-        (text for example in train_examples for text in texts_of(example)),
-        min_frequency=recipe.tokenizer.min_frequency,
-        max_vocab=recipe.tokenizer.max_vocab,
-        pretrained_words=vectors[0] if vectors else (),
-        max_pretrained=recipe.tokenizer.pretrained_vocab,
-        oov_buckets=recipe.tokenizer.oov_buckets,
-    )
+    tokenizer = (_initial_tokenizer(init_from, recipe.tokenizer.pretrained_vocab) if init_from is not None
+                 else recipe_tokenizer(recipe, train_examples, vectors))
     tokenizer_path = save_tokenizer(tokenizer, out_dir / TOKENIZER_FILE)
     encoder = TextEncoder(tokenizer)
 
@@ -573,7 +594,7 @@ def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str]
     if cfg.select_on == "dev+ood":
         from training.ood import ood_sets
 
-        for ood_set in (found for found in ood_sets(splits.task) if found.fits(labels)):  # two labels: no 3-way sets
+        for ood_set in (found for found in ood_sets(splits.task, root=ood_root) if found.fits(labels)):  # two labels: no 3-way sets
             ood_data.append((ood_set, EncodedExamples.encode(encoder, ood_set.examples, ood_set.labels, limits.max_lengths, limits.max_evidence)))
 
     return PreparedData(labels, train_examples, tokenizer, tokenizer_path, encoder, train_data, dev_data, test_data,
@@ -775,7 +796,10 @@ def train(
         raise ValueError(f"{recipe.name}: recipe expects task {expected}, the data is {splits.task}")
     recipe.check_limits(splits.task)
     vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
-    data = prepare_data(recipe, splits, vectors, out_dir, init_from, select_metric)
+    from training import pack
+
+    data = prepare_data(recipe, splits, vectors, out_dir, init_from, select_metric,
+                        ood_root=pack.pack_ood_dir(cache_dir) if pack.is_pack(cache_dir) else None)
     labels, tokenizer, tokenizer_path, encoder = data.labels, data.tokenizer, data.tokenizer_path, data.encoder
     train_data, dev_data, test_data, dev_sources = data.train, data.dev, data.test, data.dev_sources
     select_metric, ranking, bias, ood_data = data.select_metric, data.ranking, data.bias, data.ood
@@ -796,6 +820,7 @@ def train(
         coverage = init_embeddings_from_glove(
             network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, vectors,
             freeze_pretrained=recipe.embeddings.freeze_pretrained, tuned_channel=recipe.embeddings.tuned_channel,
+            vectors_std=pack.pack_vectors_std(cache_dir, recipe) if pack.is_pack(cache_dir) else None,
         )
         del vectors
     if init_from is not None:
