@@ -10,7 +10,10 @@ lengths), and reports:
 - the share of (non-pad) token ids that are unknown ids ([UNK], plus [OOVn] hash buckets
   when the tokenizer has them), i.e. how much of each set the model cannot read;
 - a temperature fitted on in-domain dev logits (NLL), with the ECE (15 bins) before and after
-  it on every set; the service divides logits by it before the softmax;
+  it on every set; the service divides logits by it before the softmax. Bounded
+  (`card_temperature`): a dev split the model answers entirely right is not fitted (T stays 1;
+  its likelihood has no finite best T), and a fit below MIN_TEMPERATURE is raised to it. When T
+  makes the held-out (in-domain test) ECE worse than T = 1, `calibration.warnings` says so;
 - known failure modes (free text, given by the caller).
 
 The data: the bundle's named dataset (config.json, recipes/<name>.toml or its data checksums), or
@@ -54,6 +57,13 @@ BATCH_SIZE = 256
 ECE_BINS = 15
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OOV_TOKEN = re.compile(r"^\[OOV\d+\]$")
+# The card never sharpens the logits more than 2x (T >= 0.5). Measured (issue 56): the seven
+# shipped bundles fit T = 1.07-1.98 on dev sets of 1,000+; for logits calibrated at T = 1 by
+# construction, T fitted on 40 dev examples fell below 0.5 in 5% of 300 draws (down to 0.06),
+# on 400 never (lowest 0.53-0.73), so the floor cuts a small dev's chance tail and leaves a
+# large dev's fit alone; small SciTail models (160 train / 40 dev) that fitted T = 0.64-0.90
+# each got a worse test ECE than at T = 1.
+MIN_TEMPERATURE = 0.5
 
 
 # --- what the bundle was trained on ---------------------------------------------------------
@@ -287,6 +297,50 @@ def _accuracy_by_source(logits: np.ndarray, gold: np.ndarray, sources: Sequence[
             for name in dict.fromkeys(sources_arr.tolist())}
 
 
+def card_temperature(logits: np.ndarray, gold: np.ndarray, fitted_on: str) -> dict[str, Any]:
+    """The temperature the card gives the service, fitted on `logits` (dev) by NLL and bounded:
+    `{"temperature", "fitted_on", and "fitted_temperature" + "floor" when the floor applied}`.
+
+    When every gold logit is the row's strict maximum (every answer right), the NLL falls
+    without end as T -> 0, so a fit would stop at the search bound (~0.02) and the service would
+    answer 1.0 for everything, wrong answers included: not fitted, T = 1."""
+    gold = np.asarray(gold, dtype=np.int64)
+    logits = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(len(gold))
+    others = logits.copy()
+    others[rows, gold] = -np.inf
+    if len(gold) and bool((logits[rows, gold] > others.max(axis=1)).all()):
+        return {"temperature": 1.0,
+                "fitted_on": f"not fitted: all {len(gold)} {fitted_on} answers are right, so the likelihood has no "
+                             "finite best temperature (it improves without end as T -> 0, toward a score of 1.0 for "
+                             "every answer, wrong ones included); T = 1, the network's own scores"}
+    fitted = fit_temperature(logits, gold)
+    if fitted < MIN_TEMPERATURE:
+        return {"temperature": MIN_TEMPERATURE, "fitted_on": fitted_on, "fitted_temperature": fitted,
+                "floor": MIN_TEMPERATURE}
+    return {"temperature": fitted, "fitted_on": fitted_on}
+
+
+def calibration_warnings(fit: dict[str, Any], ece_before: dict[str, float], ece_after: dict[str, float],
+                         dev_examples: int, held_out: bool = True) -> list[str]:
+    """What a reader of the card should know about its temperature (`fit`: card_temperature's):
+    the floor raised it, or it makes the held-out (in-domain test) ECE worse than T = 1
+    (`held_out` False: it was fitted on the test split, so nothing is held out to check)."""
+    warnings = []
+    if "floor" in fit:
+        warnings.append(f"the temperature fitted on {dev_examples} examples, {fit['fitted_temperature']:.4g}, is "
+                        f"below the floor {fit['floor']}: {fit['floor']} is used (a lower one sharpens the scores "
+                        "toward 1.0 beyond what a small dev split can show)")
+    temperature = fit["temperature"]
+    before, after = ece_before["in_domain_test"], ece_after["in_domain_test"]
+    if held_out and temperature != 1.0 and after > before:
+        warnings.append(f"the temperature {temperature:.4g} makes the held-out in-domain test ECE worse: {before:.4f} "
+                        f"-> {after:.4f} (dev {ece_before['in_domain_dev']:.4f} -> {ece_after['in_domain_dev']:.4f}, "
+                        f"fitted on {dev_examples} examples); a larger dev split fits it better, or set "
+                        "calibration.temperature to 1 in config.json to serve the network's own scores")
+    return warnings
+
+
 def _ood_ece(ood: OodSet, logits: np.ndarray, labels: Sequence[str], temperature: float) -> float:
     predicted, confidence = ood.confidences(calibrated_probs(logits, temperature), labels)
     return ece_from_confidence(confidence, predicted == ood.gold(), ECE_BINS)
@@ -354,7 +408,9 @@ def build_card(
     parts = {"dev": getattr(splits, dev_split), "test": splits.test}
     scored = {part: run(examples, f"in-domain {name}") for (part, examples), name in zip(parts.items(), (dev_split, "test"))}
     gold = {part: label_ids(examples, labels) for part, examples in parts.items()}
-    temperature = fit_temperature(scored["dev"].logits, gold["dev"])
+    fitted_on = "in-domain dev" if dev_split == "dev" else f"in-domain {dev_split}"
+    fit = card_temperature(scored["dev"].logits, gold["dev"], fitted_on)
+    temperature = fit["temperature"]
 
     in_domain = {part: _in_domain_metrics(scored[part].logits, gold[part], labels) for part in parts}
     for part, split_name in (("dev", dev_split), ("test", "test")):
@@ -376,6 +432,11 @@ def build_card(
         ece_before[ood.name] = _ood_ece(ood, result.logits, labels, 1.0)
         ece_after[ood.name] = _ood_ece(ood, result.logits, labels, temperature)
 
+    warnings = calibration_warnings(fit, ece_before, ece_after, len(gold["dev"]), held_out=dev_split != "test")
+    if fit["fitted_on"] != fitted_on:  # not fitted: why
+        log.warning("calibration", extra={"bundle_name": config.name, "warning": fit["fitted_on"]})
+    for warning in warnings:
+        log.warning("calibration", extra={"bundle_name": config.name, "warning": warning})
     card = {
         "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description,
                           **({"files": files} if files is not None else {})},
@@ -383,11 +444,11 @@ def build_card(
         "ood_dev": ood_metrics,
         "unknown_token_share": unknown_share,
         "calibration": {
-            "temperature": temperature,
+            **fit,
             "ece_before": ece_before,
             "ece_after": ece_after,
             "bins": ECE_BINS,
-            "fitted_on": "in-domain dev" if dev_split == "dev" else f"in-domain {dev_split}",
+            "warnings": warnings,
         },
         "known_failure_modes": list(failure_modes),
     }
@@ -418,4 +479,4 @@ def write_card(bundle_dir: str | Path, card: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["build_card", "write_card", "recipe_splits", "resolve_dataset", "score_examples", "unknown_ids"]
+__all__ = ["build_card", "card_temperature", "calibration_warnings", "write_card", "recipe_splits", "resolve_dataset", "score_examples", "unknown_ids"]

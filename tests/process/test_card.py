@@ -264,6 +264,70 @@ def test_card_on_a_bundle_writes_config_the_service_loads(service_bundles, tmp_p
     assert mixed["in_domain"]["dev"]["by_source"]["a"]["examples"] == 150
 
 
+def test_a_perfectly_separated_dev_set_fits_no_temperature(service_bundles, tmp_path):
+    """Every dev answer right: the dev NLL keeps falling as T -> 0 (a fit ends at the search
+    bound, ~0.02, and the service would answer 1.0 for everything, issue 56). The card keeps
+    T = 1, says why, and still reports the held-out (test) ECE beside dev's."""
+    from tests.bundles import CORPUS
+    from core.bundle import load_bundle
+    from training.card import build_card, write_card
+
+    bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
+    known = sorted({w for line in CORPUS for w in line.split() if w.isalpha()})
+    pairs = _pairs(200, 3, known)
+    logits = _onnx_logits(bundle, pairs)
+    # dev: each pair labelled with the model's own answer (separated by construction); test: as drawn
+    dev = [PairExample(p.premise, p.hypothesis, ENTAILMENT[int(i)]) for p, i in zip(pairs[:40], logits[:40].argmax(1))]
+    test = pairs[40:]
+    dev_gold = np.array([ENTAILMENT.index(e.label) for e in dev])
+    assert fit_temperature(logits[:40], dev_gold) < 0.05  # what a plain fit makes of it
+    splits = DatasetSplits("toy-nli", "entailment", list(ENTAILMENT), train=dev[:10], dev=dev, test=test)
+
+    card = build_card(bundle, ood_dir=tmp_path / "no-ood", splits=splits, progress=False)
+
+    calibration = card["calibration"]
+    assert card["in_domain"]["dev"]["accuracy"] == 1.0
+    assert calibration["temperature"] == 1.0
+    assert calibration["fitted_on"].startswith("not fitted: all 40 in-domain dev answers are right")
+    assert "fitted_temperature" not in calibration and calibration["warnings"] == []
+    assert set(calibration["ece_before"]) == {"in_domain_dev", "in_domain_test"}
+    assert calibration["ece_after"] == calibration["ece_before"]  # T = 1 on both
+    write_card(bundle, card)
+    assert load_bundle(bundle).config.temperature == 1.0
+
+
+def test_the_card_temperature_has_a_floor_and_warns_when_held_out_ece_gets_worse():
+    """One wrong dev answer by a hair: the NLL fit sharpens far below the floor; the card uses
+    the floor, keeps the fit beside it, and warns, also when test ECE gets worse than at T = 1."""
+    from training.card import MIN_TEMPERATURE, calibration_warnings, card_temperature
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 3, 40)
+    logits = rng.normal(scale=0.3, size=(40, 3))
+    logits[np.arange(40), gold] += 1.5  # every gold logit the row's maximum ...
+    logits[0, (gold[0] + 1) % 3] = logits[0, gold[0]] + 0.01  # ... but one, by a hair
+    assert fit_temperature(logits, gold) < MIN_TEMPERATURE / 2
+
+    fit = card_temperature(logits, gold, "in-domain dev")
+    assert fit["temperature"] == MIN_TEMPERATURE == fit["floor"] and fit["fitted_on"] == "in-domain dev"
+    assert fit["fitted_temperature"] == pytest.approx(fit_temperature(logits, gold))
+    # a fit above the floor is kept as it is, with no floor keys
+    tempered = card_temperature(logits * 20, gold, "in-domain dev")  # the same fit, 20 times the temperature
+    assert tempered == {"temperature": pytest.approx(fit_temperature(logits * 20, gold)), "fitted_on": "in-domain dev"}
+    assert tempered["temperature"] > MIN_TEMPERATURE
+
+    worse = calibration_warnings(fit, {"in_domain_dev": 0.05, "in_domain_test": 0.137},
+                                 {"in_domain_dev": 0.01, "in_domain_test": 0.250}, dev_examples=40)
+    assert len(worse) == 2 and "below the floor 0.5" in worse[0]
+    assert "held-out in-domain test ECE worse: 0.1370 -> 0.2500" in worse[1] and "40 examples" in worse[1]
+    better = calibration_warnings(tempered, {"in_domain_dev": 0.05, "in_domain_test": 0.137},
+                                  {"in_domain_dev": 0.01, "in_domain_test": 0.100}, dev_examples=40)
+    assert better == []
+    # fitted on the test split itself: nothing is held out to check it on
+    assert calibration_warnings(tempered, {"in_domain_dev": 0.05, "in_domain_test": 0.05},
+                                {"in_domain_dev": 0.09, "in_domain_test": 0.09}, 40, held_out=False) == []
+
+
 # --- the service ----------------------------------------------------------------------------
 
 def _set_card(bundle: Path, card: dict) -> None:
