@@ -112,7 +112,8 @@ def data(
 
 
 def _pack(recipes: list[str], out: Path | None, cache_dir: Path | None) -> None:
-    from training.pack import PackError, write_pack
+    from training.pack import PackError
+    from training.pack_writer import write_pack
 
     if not recipes or out is None:
         raise typer.BadParameter("usage: attserve data pack RECIPE.toml... -o DIR", param_hint="NAMES")

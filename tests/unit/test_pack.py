@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from training.pack import MANIFEST, toml_text
+from training.pack import MANIFEST
+from training.pack_writer import toml_text
 
 pytestmark = pytest.mark.timeout(300)
 
