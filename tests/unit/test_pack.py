@@ -12,9 +12,12 @@ import tomllib
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from cli.main import app
+from training.checkpoint import load_checkpoint
+from training.checkpoint_transfer import restore, slim
 from training.pack import MANIFEST
 from training.pack_writer import toml_text
 
@@ -122,6 +125,22 @@ def test_a_pack_trains_the_recipe_offline_with_the_same_vocabulary_and_data(sour
     assert offline_summary["glove_coverage"] == direct_summary["glove_coverage"]
     assert set(offline_summary["ood_dev"]) == set(direct_summary["ood_dev"]) == {"fever-symmetric", "rte", "snli-dev"}
     assert read("offline", "config.json")["data_checksums"] == read("direct", "config.json")["data_checksums"]
+
+    # what comes back from the GPU machine: the frozen pretrained table dropped, rebuilt here bit for bit
+    slim_dir, restored_dir = tmp_path / "slim", tmp_path / "restored"
+    dropped = slim(tmp_path / "offline", pack, slim_dir)
+    assert list(dropped) == ["embeddings.weight"]
+    assert (slim_dir / "model.safetensors").stat().st_size < (tmp_path / "offline" / "model.safetensors").stat().st_size
+    restore(slim_dir, pack, restored_dir)
+    original, rebuilt = load_file(tmp_path / "offline" / "model.safetensors"), load_file(restored_dir / "model.safetensors")
+    assert original.keys() == rebuilt.keys() and all(np.array_equal(original[k], rebuilt[k]) for k in original)
+    load_checkpoint(restored_dir)
+    # a rebuild from other vectors is refused, not silently wrong
+    other = json.loads((slim_dir / "rebuilt_tensors.json").read_text())
+    other["embeddings.weight"]["sha256"] = "0" * 64
+    (slim_dir / "rebuilt_tensors.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="not the table the checkpoint was trained with"):
+        restore(slim_dir, pack, tmp_path / "refused")
 
 
 def test_a_changed_pack_file_is_refused(sources, tmp_path):
