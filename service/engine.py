@@ -28,6 +28,11 @@ from service.runtime import ModelRuntime
 from service.settings import Settings
 from service.tasks import check_texts
 
+# A labelled task's per-text output (evidence_scores) is float32 from the graph: 6 decimals, not
+# float32's noise printed as a double (0.009999999776482582 for 0.01). A reranker's per-text
+# output is its scores' raw material, left as it is.
+PER_TEXT_DECIMALS = 6
+
 
 @dataclass(frozen=True)
 class Answers:
@@ -211,7 +216,7 @@ class Engine:
             else:
                 answer = {"model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
             if per_text is not None:
-                answer[per_text] = d.output.per_text
+                answer[per_text] = [round(s, PER_TEXT_DECIMALS) for s in d.output.per_text] if labelled else d.output.per_text
             if d.tokens is not None:
                 answer["explanation"] = {"method": spec.method if spec is not None else None, **d.tokens,
                                          **d.output.explanation}
