@@ -7,15 +7,17 @@ here, by the status of the response actually sent, and answered with `x-total-ti
 A task endpoint's request that needs nothing but the happy path is answered here, without the
 layers below: `POST` with a JSON content-type, a Host and API key that pass (when those checks
 are configured), a body within the limits (read by the same `BodyReader` as every other POST),
-that validates against the task's body model straight from its bytes (pydantic's
-`validate_json`). The answer comes from the same `routes.answer` FastAPI's routes call, and is
-sent as two ASGI messages built here. An expected failure on the way (a full queue, a deadline,
-an unknown model) is answered with the body its exception handler gives it.
+validated against the task's body model straight from its bytes (pydantic's `validate_json`,
+in a thread for a large body). The answer comes from the same `routes.answer` FastAPI's routes
+call, and is sent as two ASGI messages built here. An expected failure on the way (a full
+queue, a deadline, an unknown model) is answered with the body its exception handler gives it,
+and a body that fails validation with the route's 422 (`validation_error_response`), so no body
+is parsed and validated twice.
 
 Anything else goes down the full stack - Host allow-list, API keys, body limit, FastAPI's
 routing, its route and its exception handlers - with the body replayed if it was read, so every
-refusal (400, 401, 413, 415, 422) is answered by the one place that always answered it. FastAPI
-keeps the routes for the OpenAPI schema and /docs.
+other refusal (400, 401, 413, 415, a 422 for a body that is not JSON) is answered by the one
+place that always answered it. FastAPI keeps the routes for the OpenAPI schema and /docs.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.tasks import TASKS
 from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
-from service.errors import ServiceError, error_response, service_error_response, set_by
+from service.errors import ServiceError, error_response, service_error_response, set_by, validation_error_response
 from service.registry import Service
 from service.routes import TASK_BODIES, answer
 
 JSON = b"application/json"
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
+# a body over this is parsed and validated in a thread (a 1 MiB body: tens of milliseconds)
+OFFLOAD_BODY_BYTES = 64 << 10
 # Paths of the inference endpoints -> the `endpoint` metric label.
 ENDPOINTS = {task.endpoint: task.label for task in TASKS.values()}
 # Open Inference Protocol inference (service.oip): one `endpoint` label for every model
@@ -255,10 +259,17 @@ class ServiceEntry:
         if raw is None:
             return  # answered (413, 408, 504, 503) or the client left
         try:
-            body = task.adapter.validate_json(raw)
-        except ValidationError:
-            # the route's own 422, worded by FastAPI's validation and our handler
-            await self.app(scope, replaying(raw, receive), send)
+            # parsing and validating a large body takes milliseconds: off the event loop
+            body = await asyncio.to_thread(task.adapter.validate_json, raw) if len(raw) > OFFLOAD_BODY_BYTES \
+                else task.adapter.validate_json(raw)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if any(e["type"] == "json_invalid" for e in errors):
+                # not JSON: the route's own 422, worded from FastAPI's parse of the body
+                await self.app(scope, replaying(raw, receive), send)
+            else:
+                # the route's 422, from this validation (the body is not parsed and validated twice)
+                await validation_error_response(errors, scope["path"])(scope, receive, send)
             return
         try:
             content, headers = await answer(self.service, scope["state"], receive, task.label, body)

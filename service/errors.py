@@ -9,14 +9,16 @@ exceptions) goes through `error_response`, so clients parse one shape; a 404 add
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
-from typing import Any
+from typing import Any, Sequence
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Mount
+from starlette.routing import Match, Mount
 
 from service.settings import Settings
 
@@ -27,11 +29,16 @@ def _squash(name: str) -> str:
     return name.lower().replace("_", "").replace("-", "")
 
 
+@functools.lru_cache(maxsize=1024)
 def close_field(name: str, known: tuple[str, ...]) -> str | None:
     """The field of `known` that `name` looks like a misspelling of ("modle", "Text",
-    "hypothesys", "texts"), or None."""
+    "hypothesys", "texts"), or None. Cheap for any name: one much longer than every field
+    cannot be a near miss (difflib's ratio >= 0.75 needs lengths within a factor of 1.67) and is
+    never compared; the answers are cached, since clients repeat the same metadata fields."""
     if name in known:
         return name
+    if len(name) > 2 * max(map(len, known), default=0):
+        return None
     squashed = {_squash(k): k for k in known}
     if _squash(name) in squashed:
         return squashed[_squash(name)]
@@ -134,6 +141,13 @@ def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{ascii(value[:limit])}... ({len(value)} characters)"
 
 
+def unquoted_excerpt(value: str) -> str:
+    """`excerpt` without the quotes, for a name or a path inside a message: escaped to printable
+    ASCII and cut to EXCERPT_CHARS (a client's field name or path can be a megabyte long)."""
+    shown = ascii(value)[1:-1]
+    return shown if len(shown) <= EXCERPT_CHARS else f"{shown[:EXCERPT_CHARS]}... ({len(value)} characters)"
+
+
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
                    path: str = "", extra: dict[str, Any] | None = None) -> JSONResponse:
     """The task API's error body (`extra`: more fields beside code and message); under /v2 the
@@ -175,7 +189,7 @@ def endpoints(app: Any) -> list[str]:
 
 def _not_found(request: Request) -> tuple[str, dict[str, Any]]:
     listed = endpoints(request.app)
-    where = f"{request.method} {request.url.path}"
+    where = f"{request.method} {unquoted_excerpt(request.url.path)}"
     if request.url.path == "/v2" or request.url.path.startswith("/v2/"):
         # the protocol's error is one string: the /v2 endpoints go in it
         return f"no endpoint {where}; the Open Inference Protocol endpoints: " + \
@@ -184,10 +198,26 @@ def _not_found(request: Request) -> tuple[str, dict[str, Any]]:
             "(inference: POST /classify, POST /entailment, POST /verify)"), {"endpoints": listed}
 
 
+def slash_twin(request: Request) -> str | None:
+    """For a path that no route takes but would with its trailing slash added or removed, that
+    path (and the query), relative, for a 307: what Starlette's `redirect_slashes` does, except
+    that its Location is built from the Host header, so a forged Host sent the client elsewhere
+    (the app is made with redirect_slashes=False)."""
+    path = request.scope["path"]
+    if path == "/":
+        return None
+    twin = path[:-1] if path.endswith("/") else path + "/"
+    scope = {**request.scope, "path": twin}
+    if not any(route.matches(scope)[0] != Match.NONE for route in request.app.router.routes):
+        return None
+    query = request.scope.get("query_string", b"")
+    return request.scope.get("root_path", "") + quote(twin) + (f"?{query.decode('latin-1')}" if query else "")
+
+
 def _method_not_allowed(request: Request, headers: dict[str, str] | None) -> tuple[str, dict[str, Any]]:
     allowed = [m.strip() for m in (headers or {}).get("Allow", "").split(",") if m.strip()]
     listed = ", ".join(m for m in allowed if m != "HEAD") or "none"
-    return (f"{request.method} is not allowed on {request.url.path}; it takes {listed}",
+    return (f"{request.method} is not allowed on {unquoted_excerpt(request.url.path)}; it takes {listed}",
             {"allowed_methods": allowed})
 
 
@@ -226,17 +256,22 @@ def _json_type(value: object) -> str:
     return "something else"
 
 
+# parts of pydantic's location that are no field of the body: FastAPI's root, the form tags,
+# union member names
+_NOT_FIELDS = frozenset({"body", "single", "batch", "str", "none"})
+
+
 def json_path(loc: tuple) -> str:
     """pydantic's location as a JSON path of the body: inputs[0].text, evidence[2]; the
-    single/batch form tag and the union member names are dropped."""
+    single/batch form tag and the union member names are dropped, each name `_field_name`."""
     out = ""
     for part in loc:
-        if part in ("body", "single", "batch", "str", "none"):
+        if part in _NOT_FIELDS:
             continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{unquoted_excerpt(str(part))}" if out else unquoted_excerpt(str(part))
     return out
 
 
@@ -247,7 +282,8 @@ def _describe(err: dict, path: str) -> str:
     where = json_path(tuple(err.get("loc", ()))) or "body"
     got = _json_type(err.get("input"))
     example = EXAMPLES.get(path, "a JSON object")
-    field = where.rsplit(".", 1)[-1]
+    # the field itself (a name of the body, uncut), for the checks below
+    field = next((p for p in reversed(err.get("loc", ())) if isinstance(p, str) and p not in _NOT_FIELDS), "")
     if kind == "json_invalid":
         detail = (err.get("ctx") or {}).get("error", "")
         position = next((p for p in err.get("loc", ()) if isinstance(p, int)), None)
@@ -289,11 +325,10 @@ def _describe(err: dict, path: str) -> str:
     return f"{where}: {msg}"
 
 
-def _validation_message(exc: RequestValidationError, path: str = "") -> str:
+def _validation_message(errors: Sequence[dict], path: str = "") -> str:
     """Up to MAX_REPORTED problems, then the count of the others; a "send ..." hint several
     of them end with is said once, at the end (two missing fields of one input, or the same
     field missing from every input, gave it two or three times)."""
-    errors = list(exc.errors())
     parts, hints = [], []
     for err in errors[:MAX_REPORTED]:
         text = _describe(err, path)
@@ -329,6 +364,12 @@ def service_error_response(exc: ServiceError, path: str) -> JSONResponse:
     return error_response(exc.status, exc.code, exc.message, exc.headers, path=path)
 
 
+def validation_error_response(errors: Sequence[dict], path: str) -> JSONResponse:
+    """The 422 of a body that failed validation (`errors`: pydantic's), as the route and the hot
+    path (service.entry) both answer it."""
+    return error_response(422, "invalid_input", _validation_message(errors, path), path=path)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -339,7 +380,7 @@ def install_error_handlers(app: FastAPI) -> None:
         media = _media_type_problem(request, exc)
         if media is not None:
             return error_response(UnsupportedMediaType.status, UnsupportedMediaType.code, media, path=request.url.path)
-        return error_response(422, "invalid_input", _validation_message(exc, request.url.path), path=request.url.path)
+        return validation_error_response(exc.errors(), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -353,6 +394,9 @@ def install_error_handlers(app: FastAPI) -> None:
         message, extra = str(exc.detail), None
         # Starlette's bare "Not Found" / "Method Not Allowed" (routing, static files): say what exists
         if exc.status_code == 404 and exc.detail == "Not Found":
+            twin = slash_twin(request)
+            if twin is not None:
+                return RedirectResponse(twin, status_code=307)
             message, extra = _not_found(request)
         elif exc.status_code == 405 and exc.detail == "Method Not Allowed":
             message, extra = _method_not_allowed(request, headers)

@@ -42,12 +42,19 @@ def _open_schema(schema: dict[str, Any]) -> None:
     schema.pop("additionalProperties", None)  # unknown fields are accepted (and ignored): see _Body
 
 
+# Unknown fields one object (the body, or one input) may carry: more is a 422 at once. Each
+# unknown field costs a lookup and, when it could be a near miss, a did-you-mean: bounded here,
+# the work a body costs stays linear in its size and small.
+MAX_UNKNOWN_FIELDS = 16
+
+
 class _Body(BaseModel):
     """A request body or one of its inputs. Unknown fields are ignored (clients add metadata:
     "lang", "id", "request_id"), and listed in the answer's X-Attserve-Ignored-Fields header,
     except one that is a near miss of a field of the endpoint ("modle", "Text"), or a field of
     the other form or place (a "text" beside "inputs", a "model" inside an input): those stay
-    422, since ignoring them would change the answer without a word (docs/errors.md)."""
+    422, since ignoring them would change the answer without a word (docs/errors.md). An object
+    with more than MAX_UNKNOWN_FIELDS unknown fields is a 422."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra=_open_schema)
     # every field name the endpoint takes anywhere (set per task below)
@@ -59,9 +66,15 @@ class _Body(BaseModel):
     def _ignore_unknown(cls, data: Any, handler: Any) -> Any:
         ignored: list[str] = []
         if isinstance(data, dict):
-            ignored = [k for k in data if k not in cls.model_fields and close_field(k, cls.endpoint_fields) is None]
+            known = cls.model_fields  # a dict: one hashed lookup a key
+            unknown = [k for k in data if k not in known]
+            if len(unknown) > MAX_UNKNOWN_FIELDS:
+                raise ValueError(f"{len(unknown)} unknown fields; at most {MAX_UNKNOWN_FIELDS} per object are "
+                                 f"ignored (fields this endpoint takes: {', '.join(cls.endpoint_fields)})")
+            ignored = [k for k in unknown if close_field(k, cls.endpoint_fields) is None]
             if ignored:
-                data = {k: v for k, v in data.items() if k not in ignored}
+                dropped = set(ignored)
+                data = {k: v for k, v in data.items() if k not in dropped}
         instance = handler(data)
         if ignored:
             instance._ignored = ignored

@@ -1,6 +1,7 @@
-"""The task endpoints' hot path (service.entry): a valid JSON body is answered
-without FastAPI's route (its dependency layer and second body read), anything else falls
-through to that route, whose answers and error bodies are the contract; the OpenAPI schema is
+"""The task endpoints' hot path (service.entry): a JSON body is answered without FastAPI's
+route (its dependency layer and second body read), a 422 of its validation too (the same
+message the route gives); anything else falls through to that route, whose answers and error
+bodies are the contract; the OpenAPI schema is
 FastAPI's, unchanged. A disconnect watcher starts only for a request still waiting after
 engine.WATCH_AFTER_S."""
 
@@ -52,7 +53,8 @@ def test_valid_bodies_skip_fastapis_route_and_the_rest_falls_through(service_bun
     assert fast_calls == 0, "a valid body went through FastAPI's route"
     assert out["single"].json()["label"] and set(out["batch"].json()) == {"results"}
     assert out["extra"].headers["x-attserve-ignored-fields"] == "lang"
-    assert calls == ["/classify", "/entailment", "/classify"]  # the three refusals, FastAPI's route each
+    # not JSON, and not sent as JSON: FastAPI's route each; the invalid body's 422 is the hot path's
+    assert calls == ["/classify", "/classify"]
     assert out["bad_json"].status_code == 422 and "not valid JSON" in out["bad_json"].json()["error"]["message"]
     assert out["missing"].status_code == 422 and "hypothesis" in out["missing"].json()["error"]["message"]
     assert out["form"].status_code == 415
