@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 from starlette.types import Receive
 
 from core.tasks import TASK_OF_LABEL, TASKS, Task
+from service.answer_size import explanation_floor
 from service.errors import AnswerTooLarge, NotReady, ShuttingDown, set_by
 from service.metrics import render as render_metrics
 from service.registry import ModelEntry, Service
@@ -94,7 +95,10 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     # pydantic's JSON writer: the same JSON as json.dumps (shortest round-trip floats, UTF-8) at
     # a quarter of its cost
     document = answer_of(body, results) if answer_of is not None else {"results": results} if batch else results[0]
-    content = ANSWER_JSON.dump_json(document)
+    # an answer with explanations can take milliseconds to write (up to max_answer_bytes): off
+    # the event loop; the others are a few hundred bytes an input
+    content = await asyncio.to_thread(ANSWER_JSON.dump_json, document) if body.explain else \
+        ANSWER_JSON.dump_json(document)
     limit = service.settings.max_answer_bytes
     if len(content) > limit:
         raise AnswerTooLarge(f"the answer is {len(content)} bytes, over {limit} {set_by('max_answer_bytes')}; "
@@ -123,11 +127,28 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
     # under load all count.
     loop = asyncio.get_running_loop()
     deadline = state.get("attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
+    if explain:
+        await refuse_too_large_explanations(service, entry, inputs, batch)
     pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
     service.metrics.series(service.metrics.inputs, endpoint, entry.name).inc(len(inputs))
     answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=lambda: wait_disconnect(receive))
     headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}"}
     return answers.results, headers
+
+
+async def refuse_too_large_explanations(service: Service, entry: ModelEntry, inputs: Sequence[Any],
+                                        batch: bool) -> None:
+    """AnswerTooLarge before any inference when the explanations of `inputs` cannot fit in
+    max_answer_bytes (service.answer_size), after the engine's own checks of the request (counts,
+    text limits), so what it refuses is refused as without explanations. The floor tokenizes, in
+    a thread."""
+    entry.engine.check(inputs, batch)
+    floor = await asyncio.to_thread(explanation_floor, entry.engine.runtime, inputs)
+    limit = service.settings.max_answer_bytes
+    if floor > limit:
+        raise AnswerTooLarge(f"the answer with explanations would be at least {floor} bytes, over {limit} "
+                             f"{set_by('max_answer_bytes')}; send fewer inputs per request with \"explain\": true, "
+                             "or fewer or shorter texts")
 
 
 async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
