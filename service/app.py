@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.entry import BodyLimitMiddleware, ServiceEntry
 from service.errors import install_error_handlers
+from service.metrics import watch_event_loop
 from service.oip import router as oip_router
 from service.registry import Service
 from service.routes import router
@@ -65,10 +66,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             service.discover()
         loader = asyncio.create_task(service.load_all(), name="load-models")
         trimmer = asyncio.create_task(release_memory(settings.memory_trim_s), name="release-memory")
+        lag = asyncio.create_task(watch_event_loop(service.metrics), name="event-loop-lag")
         try:
             yield
         finally:
             trimmer.cancel()
+            lag.cancel()
             service.begin_drain()
             if not loader.done():
                 # a session load runs in a thread and cannot be interrupted; wait for it
@@ -80,6 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Entailment, claim verification and text classification with attentive-convolution networks.",
         lifespan=lifespan,
+        # Starlette's slash redirect builds its Location from the Host header; the 404 handler
+        # redirects with a relative one instead (service.errors.slash_twin)
+        redirect_slashes=False,
         # Swagger UI and ReDoc load their scripts from a CDN: blank pages on an air-gapped host,
         # and third-party code on our origin. Off unless ATTSERVE_DOCS=true.
         docs_url="/docs" if settings.docs else None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -77,17 +78,27 @@ class ApiKeyMiddleware:
         await response(scope, receive, send)
 
 
-def host_name(header: bytes) -> str:
-    """The host of a Host header, lowercased, without its port ("[::1]:8000" -> "[::1]")."""
-    host = header.decode("latin-1").strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+# Host = uri-host [":" port] (RFC 9110 7.2): a DNS name, an IPv4 address or a bracketed IPv6
+# literal, and a port of digits only
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]+)(?::([0-9]{0,5}))?")
+
+
+def host_name(header: bytes) -> str | None:
+    """The host of a Host header, lowercased, without its port ("[::1]:8000" -> "[::1]"); None
+    for a header that is not a host and an optional numeric port as a whole ("localhost:evil",
+    "localhost:1@evil.com", "a b")."""
+    match = _HOST.fullmatch(header.decode("latin-1").strip().lower())
+    if match is None or (match[2] and int(match[2]) > 65535):
+        return None
+    return match[1]
 
 
 class HostAllowListMiddleware:
     """400 `invalid_host` for a Host header outside `ATTSERVE_ALLOWED_HOSTS` (exact names, or
-    `*.example.com` for its subdomains; no Host header counts as outside)."""
+    `*.example.com` for its subdomains; no Host header, or one that is not a host and a numeric
+    port, counts as outside). For a request line in absolute form (`POST http://host/path`) the
+    server's protocol (service.http) puts the request line's authority in the Host header, as
+    RFC 9112 3.2.2 has the authority win."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
@@ -98,17 +109,15 @@ class HostAllowListMiddleware:
 
     def allowed(self, scope: Scope) -> bool:
         header = next((v for k, v in scope.get("headers", []) if k == b"host"), None)
-        if header is None:
-            return False
-        host = host_name(header)
-        return host in self.exact or host.endswith(self.suffixes)
+        host = None if header is None else host_name(header)
+        return host is not None and (host in self.exact or host.endswith(self.suffixes))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths or self.allowed(scope):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope.get("headers", []) if k == b"host"), b"")
-        message = (f"host {excerpt(host_name(header))} is not served here: a host of ATTSERVE_ALLOWED_HOSTS "
-                   "must be named in the Host header")
+        message = (f"host {excerpt(header.decode('latin-1'))} is not served here: a host of ATTSERVE_ALLOWED_HOSTS "
+                   "must be named in the Host header, with a numeric port or none")
         response = error_response(400, "invalid_host", message, {"Connection": "close"}, path=scope["path"])
         await response(scope, receive, send)

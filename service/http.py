@@ -22,7 +22,14 @@ header size. So this is a subclass of uvicorn's own httptools protocol, written 
 - at `max_connections` open connections closes the oldest one that waits for a request,
   and answers 503 (JSON) only when every connection has a request in progress;
 - stamps `scope["state"]["attserve_arrival"]` with the loop time of the request's first byte,
-  where the request deadline starts (the body read counts against it).
+  where the request deadline starts (the body read counts against it);
+- for a request line in absolute form (`POST http://host/path`), puts its authority in the Host
+  header (RFC 9112 3.2.2: the request line's authority wins over Host), so the Host allow-list
+  and anything else that reads Host see the host the request names; an authority with user
+  information is 400;
+- answers a request that arrived whole before a bad pipelined follower (a broken request line,
+  headers over the limit, a body longer than its Content-Length) before the follower's error:
+  the error is written once the answers in progress are, then the connection closes.
 
 The body-read timeout lives in the app (service.entry.BodyReader): there the answer is
 an ordinary JSON response the metrics count.
@@ -99,6 +106,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if TCP_USER_TIMEOUT is not None and sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, guard.write_timeout_ms)
         self._rejected = False
+        self._deferred_error: bytes | None = None  # written once the answers in progress are
         self._header_timer = None
         self._arrival: float | None = None
         if len(self.connections) > guard.max_connections and not self._make_room():
@@ -147,12 +155,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                      f"request headers not received within {self.guard.header_timeout_s:g} s {set_by('header_timeout_s')}")
 
     def _reject(self, status: int, reason: str, code: str, message: str) -> None:
+        """Answer an error and close; nothing more of the connection is read. When a request read
+        whole before it is still being answered, the error waits for that answer."""
         self._rejected = True
         self.guard.waiting.pop(self, None)
         self._cancel_header_timer()
-        if not self.transport.is_closing():
-            self.transport.write(_json_response(status, reason, code, message))
-            self.transport.close()
+        if self.transport.is_closing():
+            return
+        if self._answering():
+            self._deferred_error = _json_response(status, reason, code, message)
+            self.flow.pause_reading()
+            return
+        self.transport.write(_json_response(status, reason, code, message))
+        self.transport.close()
+
+    def _answering(self) -> bool:
+        """A request received whole (or queued behind one) is still being answered."""
+        cycle = self.cycle
+        return bool(self.pipeline) or (cycle is not None and not cycle.response_complete and not cycle.more_body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.waiting.pop(self, None)
@@ -210,13 +230,34 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if size > self.guard.max_header_bytes:
             self._too_large()
             raise _Rejected
+        if self.url[:1] != b"/" and b"://" in self.url[:9]:
+            self._use_request_line_authority()
         self.guard.waiting.pop(self, None)
         self._cancel_header_timer()
         self.scope["state"]["attserve_arrival"] = self._arrival
         super().on_headers_complete()
 
+    def _use_request_line_authority(self) -> None:
+        """An absolute-form request line (`POST http://host:port/path`): its authority becomes
+        the Host header, every Host the client sent dropped (RFC 9112 3.2.2)."""
+        authority = self.url.split(b"://", 1)[1]
+        for end in (b"/", b"?", b"#"):
+            authority = authority.split(end, 1)[0]
+        if not authority or b"@" in authority:
+            # RFC 9110 4.2.4: user information in an http(s) URI is to be treated as an error
+            self._reject(400, "Bad Request", "bad_request", "invalid request line: its authority must be a host "
+                         "and an optional port")
+            raise _Rejected
+        self.headers[:] = [(n, v) for n, v in self.headers if n != b"host"] + [(b"host", authority)]
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._deferred_error is not None:
+            if not self.pipeline and self.cycle.response_complete and not self.transport.is_closing():
+                self._unset_keepalive_if_required()
+                self.transport.write(self._deferred_error)
+                self.transport.close()
+            return
         if not self._rejected and not self.transport.is_closing() and not self.pipeline:
             self._await_request(timed=False)
 

@@ -7,6 +7,7 @@ resolved (bad body, unknown name) is counted with model="".
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -14,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _TOKEN_BUCKETS = tuple(float(2**k) for k in range(3, 18))
+# the event loop's lag is sampled this often (seconds)
+LOOP_LAG_INTERVAL_S = 0.05
 
 
 class Metrics:
@@ -64,6 +67,11 @@ class Metrics:
         self.inputs = Counter(
             "attserve_inputs", "Inputs (items) accepted for inference.", ["endpoint", "model"], registry=r,
         )
+        self.event_loop_lag = Histogram(
+            "attserve_event_loop_lag_seconds", "How late the event loop ran a timer set every "
+            f"{LOOP_LAG_INTERVAL_S} s: the time a request, probe or timer waited behind other work on the loop.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
         self.dropped = Counter(
             "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
             ["model", "reason"], registry=r,
@@ -79,6 +87,18 @@ class Metrics:
         if child is None:
             child = self._series[key] = metric.labels(*values)
         return child
+
+
+async def watch_event_loop(metrics: Metrics, interval_s: float = LOOP_LAG_INTERVAL_S) -> None:
+    """Observe the event loop's lag forever: a timer every `interval_s`, and how late it ran.
+    The loop runs every request's parsing, routing and answers: work on it that takes long
+    stalls every connection, the health probes included."""
+    loop = asyncio.get_running_loop()
+    lag = metrics.event_loop_lag
+    while True:
+        due = loop.time() + interval_s
+        await asyncio.sleep(interval_s)
+        lag.observe(max(0.0, loop.time() - due))
 
 
 def render(metrics: Metrics) -> bytes:

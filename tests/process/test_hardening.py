@@ -713,3 +713,210 @@ def test_abuse_short(service_bundles, tmp_path):
     assert set(statuses["v2_bad"]) <= {"400", "404"} and set(statuses["junk"]) <= {"0", "400", "408"}
     assert result["normal_statuses"] == {"200": result["normal_statuses"]["200"]}
     assert result["passed"], result
+
+
+# --- third review: bounded work before anything runs, early refusals, echoes, Host --------------
+
+def test_unknown_fields_cost_little_and_too_many_are_refused_at_once(service_bundles):
+    from service.schemas import MAX_UNKNOWN_FIELDS
+
+    many = {"text": "hi", **{str(i): 0 for i in range(40_000)}}  # the review's 356 KB body: 9.7 s before
+    allowed = {"text": "hi", **{f"meta{i}": i for i in range(MAX_UNKNOWN_FIELDS)}}
+    batch = {"inputs": [{"text": "a b", **{f"k{i}_{j}": 0 for j in range(MAX_UNKNOWN_FIELDS)}} for i in range(64)]}
+
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            out = {}
+            for name, body in (("many", many), ("many_near_miss", {**many, "modle": "x"}), ("allowed", allowed),
+                               ("batch", batch), ("batch_near_miss", {**batch, "modle": "x"})):
+                started = time.perf_counter()
+                out[name] = (await client.post("/classify", json=body), time.perf_counter() - started)
+            return out
+    out = asyncio.run(scenario())
+    for name, unknown in (("many", 40_000), ("many_near_miss", 40_001)):
+        response, seconds = out[name]
+        message = error_of(response, 422, "invalid_input")
+        assert f"body: {unknown} unknown fields; at most {MAX_UNKNOWN_FIELDS} per object" in message, message
+        assert seconds < 1.0, (name, seconds)
+    response, _ = out["allowed"]
+    assert response.status_code == 200
+    assert response.headers["x-attserve-ignored-fields"].endswith(f"and {MAX_UNKNOWN_FIELDS - 10} more")
+    response, seconds = out["batch"]
+    assert response.status_code == 200 and len(response.json()["results"]) == 64 and seconds < 5.0
+    assert "did you mean 'model'" in error_of(out["batch_near_miss"][0], 422, "invalid_input")
+
+
+def test_a_field_name_or_path_is_never_echoed_past_40_characters(service_bundles):
+    long_name = "model" + "_" * 300_000
+    path = "/" + "\u202e" + "x" * 15_000
+
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            near_miss = await client.post("/classify", json={"text": "hi", "model\u202e": 1})
+            ignored = await client.post("/classify", json={"text": "hi", long_name: 1})
+            missing = await client.get(path)
+            wrong_method = await client.put("/classify", json={})
+            return near_miss, ignored, missing, wrong_method
+    near_miss, ignored, missing, wrong_method = asyncio.run(scenario())
+    # a name 60,000 times longer than any field cannot be a near miss: ignored, named cut in the header
+    assert ignored.status_code == 200 and len(ignored.headers["x-attserve-ignored-fields"]) <= 40
+    message = error_of(near_miss, 422, "invalid_input")
+    assert "\u202e" not in message and "\\u202e" in message and len(message) < 600, message
+    message = error_of(missing, 404, "not_found")
+    assert "\u202e" not in message and "(15002 characters)" in message and len(missing.content) < 2_000
+    assert wrong_method.status_code == 405
+
+
+def test_an_explanation_too_large_is_refused_before_inference(service_bundles, monkeypatch):
+    from service.runtime import ModelRuntime
+
+    runs = []
+    run = ModelRuntime.run
+
+    def counted(self, *args, **kwargs):
+        runs.append(self.name)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRuntime, "run", counted)
+    claim = " ".join(f"w{i}" for i in range(16))
+    sentence = " ".join(f"v{i}" for i in range(20))
+    body = {"inputs": [{"claim": claim, "evidence": [sentence] * 5}] * 64, "explain": True, "model": "fever"}
+
+    async def scenario():
+        async with running_app(settings(service_bundles, max_answer_bytes=200_000)) as (app, client):
+            runs.clear()
+            refused = await client.post("/verify", json=body)
+            refused_runs = list(runs)
+            small = await client.post("/verify", json={**body, "inputs": body["inputs"][:2]})
+            return refused, refused_runs, small
+    refused, refused_runs, small = asyncio.run(scenario())
+    message = error_of(refused, 422, "answer_too_large")
+    assert "at least" in message and "(limit set by ATTSERVE_MAX_ANSWER_BYTES)" in message
+    assert refused_runs == []  # nothing was computed for it
+    # the floor is a floor: the answer the same request gets with fewer inputs is larger per input
+    from service.answer_size import explanation_floor
+    assert small.status_code == 200
+    floor = int(message.split("at least ")[1].split()[0])
+    assert len(small.content) / 2 > floor / 64 > 0
+
+
+def test_a_trailing_slash_redirect_is_relative_whatever_the_host(service_bundles):
+    async def scenario():
+        async with running_app(settings(service_bundles)) as (app, client):
+            return [await client.get(path, headers={"host": "evil.example"})
+                    for path in ("/v1/models/", "/v1/models/?x=1", "/health/live/", "/nothing/")]
+    models, query, live, nothing = asyncio.run(scenario())
+    assert (models.status_code, models.headers["location"]) == (307, "/v1/models")
+    assert (query.status_code, query.headers["location"]) == (307, "/v1/models?x=1")
+    assert (live.status_code, live.headers["location"]) == (307, "/health/live")
+    assert nothing.status_code == 404 and "location" not in nothing.headers
+
+
+@pytest.mark.parametrize("host", ["localhost:evil", "localhost:1@evil.com", "localhost:99999", "localhost :80",
+                                  "evil@localhost", "[::1]x"])
+def test_a_host_header_is_checked_whole(service_bundles, host):
+    async def scenario():
+        async with running_app(settings(service_bundles, allowed_hosts="localhost,[::1]")) as (app, client):
+            return (await client.post("/classify", json={"text": "a fine day"}, headers={"host": host}),
+                    await client.get("/v1/models", headers={"host": host}),
+                    await client.get("/v1/models", headers={"host": "localhost:8000"}))
+    classify, models, fine = asyncio.run(scenario())
+    error_of(classify, 400, "invalid_host")
+    error_of(models, 400, "invalid_host")
+    assert fine.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def host_checked_server(service_bundles, tmp_path_factory):
+    log = tmp_path_factory.mktemp("hosts") / "service.log"
+    server = reliability.ServiceProcess(service_bundles, log, allowed_hosts="localhost")
+    with server.start(ready=False):
+        yield server
+
+
+def exchange(port: int, raw: bytes, timeout_s: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(raw)
+        data, _ = read_until_closed(sock, timeout_s)
+    return data
+
+
+def test_the_request_lines_authority_wins_over_host(host_checked_server):
+    def line(target: str, host: str) -> bytes:
+        return f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+
+    evil = exchange(host_checked_server.port, line("http://evil.com/v1/models", "localhost"))
+    assert json_error(evil)[0] == 400 and json_error(evil)[1]["error"]["code"] == "invalid_host"
+    userinfo = exchange(host_checked_server.port, line("http://user@localhost/v1/models", "localhost"))
+    assert json_error(userinfo) == (400, {"error": {"code": "bad_request", "message": ANY_MESSAGE}})
+    fine = exchange(host_checked_server.port, line("http://localhost:1234/v1/models", "evil.com"))
+    assert fine.startswith(b"HTTP/1.1 200")
+
+
+class _AnyMessage(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and 0 < len(other) <= 200
+
+
+ANY_MESSAGE = _AnyMessage()
+
+
+@pytest.mark.parametrize("follower", [b"BOGUS\x00 / HTTP/1.1\r\n\r\n",
+                                      b"GET /health/live HTTP/1.1\r\nhost: a\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n",
+                                      b"garbage past the content-length"],
+                         ids=["bad-request-line", "huge-header", "body-past-content-length"])
+def test_a_bad_pipelined_follower_is_answered_after_the_request_before_it(guarded_server, follower):
+    body = json.dumps({"text": "a fine day"}).encode()
+    first = reliability.http_request("POST", "/classify", body, {"content-type": "application/json"})
+    data = exchange(guarded_server.port, first + follower)
+    answers = data.split(b"HTTP/1.1 ")[1:]
+    assert len(answers) == 2, data[:500]
+    assert answers[0].startswith(b"200") and b'"label"' in answers[0]
+    assert answers[1][:3] in (b"400", b"431")
+
+
+def test_no_request_the_limits_allow_stalls_the_event_loop(guarded_server):
+    """The heaviest requests the limits let through, sent while /health/live is probed on
+    another connection: no probe waits 100 ms, and the server's own lag metric agrees."""
+    import threading
+
+    heavy = [
+        json.dumps({"text": "hi", **{str(i): 0 for i in range(110_000)}}).encode()[: (1 << 20) - 100] + b"}",
+        json.dumps({"text": "hi", **{str(i): 0 for i in range(40_000)}}).encode(),
+        reliability.explain_flood_body("sentiment"),
+        json.dumps({"inputs": [{"claim": " ".join(["w"] * 16), "evidence": [" ".join(["v"] * 20)] * 5}] * 64,
+                    "explain": True, "model": "fever"}).encode(),
+    ]
+    done = threading.Event()
+    statuses = []
+
+    def send_heavy():
+        with httpx.Client(base_url=guarded_server.base, timeout=30) as client:
+            for _ in range(3):
+                for body in heavy:
+                    statuses.append(client.post("/verify" if b"claim" in body else "/classify", content=body,
+                                                headers={"content-type": "application/json"}).status_code)
+        done.set()
+
+    worst = 0.0
+    with httpx.Client(base_url=guarded_server.base, timeout=5) as probe:
+        probe.get("/health/live")
+        sender = threading.Thread(target=send_heavy)
+        sender.start()
+        while not done.is_set():
+            started = time.perf_counter()
+            assert probe.get("/health/live").status_code == 200
+            worst = max(worst, time.perf_counter() - started)
+            time.sleep(0.005)
+        sender.join()
+        metrics = probe.get("/metrics").text
+    assert set(statuses) <= {200, 422} and 200 in statuses, statuses
+    assert worst < 0.1, f"/health/live waited {worst * 1000:.0f} ms"
+    lag = metric_samples(metrics, "attserve_event_loop_lag_seconds_count")
+    assert sum(lag.values()) > 0
+
+
+def test_the_suite_has_a_per_test_timeout(pytestconfig):
+    """A hang (a batcher that ignores its delay, a stalled socket) fails its test instead of
+    waiting for CI's 90 minutes; the bound stays above the slowest honest test."""
+    assert 120 <= float(pytestconfig.getini("timeout")) <= 900
