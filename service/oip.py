@@ -33,6 +33,7 @@ preflight) is 415.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import struct
@@ -46,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.tasks import TASKS
 from service.engine import Engine
+from service.entry import OFFLOAD_BODY_BYTES
 from service.errors import InvalidInput, ServiceError, UnsupportedMediaType, excerpt
 from service.registry import ModelEntry, Service
 from service.routes import run_inputs
@@ -254,7 +256,10 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     entry = _entry(request, name, version)
     _check_media_type(request.headers.get("content-type"))
     raw = await request.body()
-    infer_request, binary = _parse(raw, request.headers.get(HEADER_LENGTH))
+    header_length = request.headers.get(HEADER_LENGTH)
+    # parsing a large body takes milliseconds: off the event loop
+    infer_request, binary = await asyncio.to_thread(_parse, raw, header_length) if len(raw) > OFFLOAD_BODY_BYTES \
+        else _parse(raw, header_length)
     task = entry.config.task
     columns, n, k = _columns(infer_request, binary, task, entry.engine)
     inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASKS[task].field_names}) for i in range(n)]

@@ -794,7 +794,6 @@ def test_an_explanation_too_large_is_refused_before_inference(service_bundles, m
     assert "at least" in message and "(limit set by ATTSERVE_MAX_ANSWER_BYTES)" in message
     assert refused_runs == []  # nothing was computed for it
     # the floor is a floor: the answer the same request gets with fewer inputs is larger per input
-    from service.answer_size import explanation_floor
     assert small.status_code == 200
     floor = int(message.split("at least ")[1].split()[0])
     assert len(small.content) / 2 > floor / 64 > 0
