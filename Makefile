@@ -16,9 +16,18 @@ $(VENV)/.serve: pyproject.toml | $(BIN)/python
 # Training, export and tests. torch==2.13.0 first, from PyTorch's CPU wheel index (~200 MB; PyPI's
 # Linux build pulls several GB of CUDA wheels), and pyproject's range accepts it. Where that index
 # cannot be reached (machines that only see a PyPI mirror, with a CPU build on disk), plain pip.
+# One probe of the index (5 s at most; the environment's https_proxy applies) decides, so such a
+# machine goes straight to plain pip instead of through pip's connection retries first.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX_PROBE = $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' $(TORCH_INDEX)/torch/
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --retries 1 --timeout 15 --index-url $(TORCH_INDEX) torch==2.13.0 || $(BIN)/pip install -q torch==2.13.0
+	@if $(TORCH_INDEX_PROBE) >/dev/null 2>&1; then \
+		echo "torch==2.13.0 from $(TORCH_INDEX)"; \
+		$(BIN)/pip install -q --index-url $(TORCH_INDEX) torch==2.13.0 || $(BIN)/pip install -q torch==2.13.0; \
+	else \
+		echo "$(TORCH_INDEX) cannot be reached: torch==2.13.0 from pip's configured index"; \
+		$(BIN)/pip install -q torch==2.13.0; \
+	fi
 	$(BIN)/pip install -q -e '.[train,dev]'
 	touch $@
 
@@ -43,7 +52,7 @@ models: $(VENV)/.dev
 	PATH=$(BIN):$$PATH bash tools/make_models.sh
 
 # The ABCNN paper's benchmark rows and the AttConv paper's SciTail rows beside the papers' figures
-# (README "Paper reproduction"); reads SICK/MSRP/WikiQA/SciTail from $ATTSERVE_BENCHMARK_DIR (default
+# (docs/paper-reproduction.md); reads SICK/MSRP/WikiQA/SciTail from $ATTSERVE_BENCHMARK_DIR (default
 # ../shared/data). ~31 min on 1 CPU thread for the ABCNN rows, 47 min more for SciTail's four
 # (measured on a 2-core machine shared with other training).
 reproduce: $(VENV)/.dev
