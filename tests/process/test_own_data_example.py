@@ -114,6 +114,10 @@ def test_own_data_trains_exports_and_serves_beside_a_bundled_model(tmp_path, mon
     assert answers["where is my parcel"]["label"] == "delivery"
     assert answers["the invoice shows the wrong amount"]["label"] == "billing"
     assert set(answers["where is my parcel"]["scores"]) == {"billing", "delivery"}
+    # the README's answer to the same request shows every field of the real one
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = readme[readme.index('"where is my parcel", "model": "support-tickets"'):].splitlines()[1]
+    assert set(answers["where is my parcel"]) == set(re.findall(r'(?<=[{,])"(\w+)":', shown)) - {"billing", "delivery"}
     assert default_answer["model"] == "bbc-act"
     assert listed["tasks"]["classification"]["default"] == "bbc-act"
     assert "config.json" in listed["tasks"]["classification"]["default_reason"]
