@@ -24,7 +24,7 @@ from starlette.types import Receive
 
 from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service.answer_size import explanation_floor
-from service.errors import AnswerTooLarge, NotReady, ShuttingDown, set_by
+from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, set_by
 from service.metrics import render as render_metrics
 from service.registry import ModelEntry, Service
 from service.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
@@ -86,6 +86,8 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     batch = "inputs" in type(body).model_fields  # a class lookup: hasattr on a model raises inside pydantic
     results, headers = await run(service, state, receive, entry, body.inputs if batch else [body], endpoint, batch,
                                  explain=body.explain)
+    if not body.truncate:
+        refuse_truncated(results, batch)
     answer_of = TASK_SCHEMAS[task].answer_of
     ignored = body.ignored_fields()
     if ignored:
@@ -134,6 +136,16 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
     answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=lambda: wait_disconnect(receive))
     headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}"}
     return answers.results, headers
+
+
+def refuse_truncated(results: list[dict], batch: bool) -> None:
+    """InvalidInput for a request that sent `"truncate": false` and has a text longer than the
+    model's max length (as TEI answers it): which input, and what to send."""
+    cut = [i for i, result in enumerate(results) if result["truncated"]]
+    if cut:
+        where = (f"inputs[{cut[0]}]" + (f" and {len(cut) - 1} more inputs" if len(cut) > 1 else "") + ": ") if batch else ""
+        raise InvalidInput(f"{where}a text is longer than the model's max length (its max_lengths in /v1/models); "
+                           "send \"truncate\": true to cut it, or a shorter text")
 
 
 async def refuse_too_large_explanations(service: Service, entry: ModelEntry, inputs: Sequence[Any],

@@ -17,7 +17,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
                       model_validator)
 
 from core.tasks import TASKS, Task
-from service.errors import InvalidInput, close_field
+from service.errors import close_field
 
 
 def _valid_text(text: str) -> str:
@@ -33,6 +33,8 @@ def _valid_text(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_valid_text)]
+Truncate = Annotated[bool, Field(description="cut each text to the model's max length (the answer says "
+                                 "\"truncated\": true); false: a 422 for a text longer than it")]
 ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
 Explain = Annotated[bool, Field(description="also return the tokens as the model saw them and the attention it "
                                 "used (alignment between the texts, evidence shares, or token weights)")]
@@ -158,7 +160,7 @@ class RerankRequest(_Body):
     raw_scores: bool = Field(False, description="true: each text's log-odds of relevance; false: its sigmoid, a "
                              "probability in [0, 1]")
     return_text: bool = Field(False, description="also return each text")
-    truncate: bool = Field(True, description="cut texts to the model's max length; false: a 422 for a text longer than it")
+    truncate: Truncate = True
     truncation_direction: Literal["Right", "right"] = Field("Right", description="texts are cut at the right only")
     model: ModelName = None
 
@@ -177,9 +179,6 @@ def _sigmoid(x: float) -> float:
 def rerank_answer(body: RerankRequest, results: list[dict]) -> list[dict]:
     """TEI's rerank answer: the texts by score, best first (ties: request order)."""
     [result] = results
-    if result["truncated"] and not body.truncate:
-        raise InvalidInput("a text is longer than the model's max length (its max_lengths in /v1/models); "
-                           "send \"truncate\": true to cut it, or a shorter text")
     scores = result["scores"] if body.raw_scores else [_sigmoid(s) for s in result["scores"]]
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     if body.return_text:
@@ -206,7 +205,7 @@ class TaskSchemas:
 
 # --- labelled tasks: generated from the registry -------------------------------------------------
 
-_REQUEST_FIELDS = ("inputs", "model", "explain")
+_REQUEST_FIELDS = ("inputs", "model", "explain", "truncate")
 
 
 def _described(description: str) -> dict[str, str]:
@@ -240,9 +239,10 @@ def labelled_schemas(task: Task) -> TaskSchemas:
     one = create_model(f"{prefix}Input", __base__=_Body, __module__=__name__, **texts)
     one.endpoint_fields = endpoint_fields
     single = create_model(f"{prefix}Request", __base__=one, __module__=__name__,
-                          model=(ModelName, None), explain=(Explain, False))
+                          model=(ModelName, None), explain=(Explain, False), truncate=(Truncate, True))
     batch = create_model(f"{prefix}BatchRequest", __base__=_Body, __module__=__name__,
-                         inputs=(list[one], Field(min_length=1)), model=(ModelName, None), explain=(Explain, False))
+                         inputs=(list[one], Field(min_length=1)), model=(ModelName, None), explain=(Explain, False),
+                         truncate=(Truncate, True))
     batch.endpoint_fields = endpoint_fields
     body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(_form)]
     if task.per_text is None:

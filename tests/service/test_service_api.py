@@ -448,3 +448,35 @@ def test_unknown_fields_are_ignored_and_named_in_a_header(service_bundles):
             assert "additionalProperties" not in schema["ClassifyRequest"]
 
     asyncio.run(scenario())
+
+
+def test_truncate_false_is_a_422_on_every_task_endpoint_and_true_cuts(service_bundles):
+    """`"truncate"` means the same on every endpoint with texts (issue 56: /classify ignored it):
+    true (the default) cuts a long text and says so, false refuses it naming the input."""
+    long_text = " ".join(["word"] * 200)
+    cases = {
+        "/classify": ({"text": long_text}, {"text": "short"}),
+        "/entailment": ({"premise": long_text, "hypothesis": "a man"}, {"premise": "a man", "hypothesis": "a man"}),
+        "/verify": ({"claim": "a dog", "evidence": ["ok", long_text]}, {"claim": "a dog", "evidence": ["ok"]}),
+    }
+
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles)) as (app, client):
+            out = {}
+            for path, (long_input, short_input) in cases.items():
+                out[path] = (await client.post(path, json={**long_input, "truncate": False}),
+                             await client.post(path, json={**long_input, "truncate": True}),
+                             await client.post(path, json={"inputs": [short_input, long_input, long_input],
+                                                           "truncate": False}),
+                             await client.post(path, json={**short_input, "truncate": False}),
+                             await client.post(path, json={"inputs": [{**short_input, "truncate": False}]}))
+            return out
+    # (/rerank, TEI's contract, has always taken it: tests/service/test_rerank.py)
+    for path, (refused, cut, batch, short, misplaced) in asyncio.run(scenario()).items():
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_input", path
+        assert "longer than the model's max length" in refused.json()["error"]["message"]
+        assert cut.status_code == 200 and cut.json()["truncated"] is True, path
+        message = batch.json()["error"]["message"]
+        assert batch.status_code == 422 and message.startswith("inputs[1] and 1 more inputs: "), (path, message)
+        assert short.status_code == 200 and short.json()["truncated"] is False, path
+        assert misplaced.status_code == 422 and "goes at the top level" in misplaced.json()["error"]["message"]
