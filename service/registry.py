@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import re
 import time
@@ -36,6 +37,7 @@ from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
 
 log = logging.getLogger("service.registry")
+_LOAD_IDS = itertools.count(1)
 
 
 # --- what error messages may show ------------------------------------------------------------
@@ -75,6 +77,9 @@ class ModelEntry:
     public_error: str | None = None  # as /v1/models shows it (paths relative to the repository)
     runtime: ModelRuntime | None = None
     engine: Engine | None = None  # set once the runtime is loaded and warm
+    # unique to each load of a bundle in this process (set with `engine`): what a cached answer
+    # is keyed on, so an answer of one load is never served by another
+    load_id: int = 0
 
     @property
     def task(self) -> str | None:
@@ -193,6 +198,7 @@ class Service:
                 self._fail(entry, f"{entry.path}: {type(exc).__name__}: {exc}")
                 continue
             entry.engine = Engine(entry.runtime, self.settings, self.metrics)
+            entry.load_id = next(_LOAD_IDS)
             entry.engine.start()
             entry.status = "ready"
             c = entry.config
