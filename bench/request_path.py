@@ -32,7 +32,6 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 
 import typer
 
@@ -115,6 +114,7 @@ class StageTimer:
     def __init__(self, bundle: Path, raw_bodies: list[bytes], concurrency: int) -> None:
         from pydantic import TypeAdapter
 
+        from service.batcher import Done
         from service.engine import Engine, warm_up
         from service.metrics import Metrics
         from service.routes import ANSWER_JSON, TASK_BODIES
@@ -134,9 +134,9 @@ class StageTimer:
         self.encode = lambda x: encode(runtime, x)
         self.items = [[e.item for e in self.encode(x)] for x in self.inputs]
         self.feeds = [[runtime.feeds([batch[k] for k in call]) for call in self.plan(batch)] for batch in self.items]
-        outputs = [runtime.infer_batch(batch)[0] for batch in self.items]
-        self.done = [[SimpleNamespace(output=o, truncated=False, unknown_share=0.0, tokens=None, batch_id=1,
-                                      queue_s=0.0, inference_s=0.0) for o in out] for out in outputs]
+        outputs = [runtime.run_batch(batch)[0] for batch in self.items]
+        self.done = [Done([(0, o, 0, len(batch))], [False] * len(batch), [0.0] * len(batch), [None] * len(batch),
+                          0.0, 0.0) for o, batch in zip(outputs, self.items)]
         self.results = [engine.render(d).results for d in self.done]
         self.dump = ANSWER_JSON.dump_json
 
@@ -157,8 +157,8 @@ class StageTimer:
         t["plan + pad into feeds"] = _per_argument(lambda b: [r.feeds([b[k] for k in c]) for c in self.plan(b)],
                                                    self.items)
         t["session.run"] = _per_argument(lambda fs: [r.run(f) for f in fs], self.feeds)
-        # infer_batch: plan, feeds, run, then the outputs per item
-        t["outputs per item (softmax, argmax, rows)"] = _per_argument(r.infer_batch, self.items)
+        # run_batch: plan, feeds, run, then the outputs per batch
+        t["outputs per item (softmax, argmax, rows)"] = _per_argument(r.run_batch, self.items)
         t["answers (engine.render)"] = _per_argument(e.render, self.done)
         t[SERIALISE] = _per_argument(lambda br: (br[0].ignored_fields(), self.dump({"results": br[1]})),
                                      list(zip(self.bodies, self.results)))
@@ -196,7 +196,7 @@ class StageTimer:
 
     @staticmethod
     def split(best: dict[str, float], request_s: float) -> dict[str, float]:
-        """The fastest of each stage -> the rows of the table: the outputs stage is infer_batch
+        """The fastest of each stage -> the rows of the table: the outputs stage is run_batch
         minus the plan, feeds and run timed alone, the bookkeeping `Engine.submit` minus the
         stages inside it, the rest the service's time per request minus all that."""
         t = dict(best)

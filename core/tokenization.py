@@ -323,10 +323,9 @@ def _oov_range(tokenizer: Tokenizer) -> tuple[int, int]:
 
 def pad_2d(rows: Sequence[Sequence[int]], min_length: int = 1) -> np.ndarray:
     """(B, L) int64, right-padded with PAD_ID; L >= min_length so no axis is ever empty."""
-    length = max([len(r) for r in rows] + [min_length])
-    out = np.zeros((len(rows), length), dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
+    lengths = np.fromiter(map(len, rows), dtype=np.intp, count=len(rows))
+    out = np.zeros((len(rows), max(int(lengths.max(initial=0)), min_length)), dtype=np.int64)
+    fill_2d(out, rows, lengths)
     return out
 
 
@@ -335,7 +334,26 @@ def pad_3d(groups: Sequence[Sequence[Sequence[int]]], min_length: int = 1) -> np
     count = max([len(g) for g in groups] + [1])
     length = max([len(r) for g in groups for r in g] + [min_length])
     out = np.zeros((len(groups), count, length), dtype=np.int64)
-    for i, g in enumerate(groups):
-        for k, r in enumerate(g):
-            out[i, k, : len(r)] = r
+    fill_3d(out, groups)
     return out
+
+
+def fill_2d(out: np.ndarray, rows: Sequence[Sequence[int]], lengths: np.ndarray | None = None) -> None:
+    """Write id lists into the first len(rows) rows of `out` ((R, L), PAD_ID everywhere, each row
+    at least as long as its list), left-aligned: one scatter of all the ids, in place of a copy a
+    row (a boolean mask's True places run row by row, as the ids of the rows one after another)."""
+    if lengths is None:
+        lengths = np.fromiter(map(len, rows), dtype=np.intp, count=len(rows))
+    ids = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    out[: len(rows)][np.arange(out.shape[-1]) < lengths[:, None]] = ids
+
+
+def fill_3d(out: np.ndarray, groups: Sequence[Sequence[Sequence[int]]]) -> None:
+    """`fill_2d` for lists of id lists: group i's text k into out[i, k] ((R, K, L), PAD_ID
+    everywhere, K at least the most texts of a group)."""
+    counts = np.fromiter(map(len, groups), dtype=np.intp, count=len(groups))
+    texts = list(chain.from_iterable(groups))
+    lengths = np.zeros((len(groups), out.shape[1]), dtype=np.intp)
+    lengths[np.arange(out.shape[1]) < counts[:, None]] = np.fromiter(map(len, texts), dtype=np.intp, count=len(texts))
+    ids = np.fromiter(chain.from_iterable(texts), dtype=np.int64, count=int(lengths.sum()))
+    out[: len(groups)][np.arange(out.shape[-1]) < lengths[..., None]] = ids

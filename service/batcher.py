@@ -1,25 +1,30 @@
 """Dynamic batching for one model (TEI / Ray Serve style).
 
-Items (one per input; a multi-input request submits several, each with its own future) wait
-in ONE queue in arrival order (TEI style). A batch takes items from the front while it stays
-within `max_batch_size` items and `max_batch_tokens` padded tokens, a batch being padded to the
-largest bucket shape among its items (so shapes stay the few warmed-up buckets; padding does
-not change an answer). Per-shape queues fragmented batches (a 32-item /verify request ran as
-~15 engine calls). The runtime then runs the batch in as few graph calls as pays
-(service.runtime.plan_calls: one call unless padding short items to a long one costs more than
-another call; 32-item SNLI batches: 1.8x padding in one call, 2-3 calls and 1.2x padding when
-planned, 1.4-2.3x the items/s).
-A batch closes when it is full or `max_batch_delay_ms` after its oldest item arrived. Before compute, items whose caller went away or whose deadline passed are dropped.
+Inputs wait in ONE queue in arrival order (TEI style), a request's inputs together. A batch
+takes inputs from the front while it stays within `max_batch_size` inputs and `max_batch_tokens`
+padded tokens, a batch being padded to the largest bucket shape among its inputs (so shapes stay
+the few warmed-up buckets; padding does not change an answer); a request's inputs may run in two
+batches. Per-shape queues fragmented batches (a 32-item /verify request ran as ~15 engine calls).
+The runtime then runs the batch in as few graph calls as pays (service.runtime.plan_calls: one
+call unless padding short inputs to a long one costs more than another call; 32-item SNLI
+batches: 1.8x padding in one call, 2-3 calls and 1.2x padding when planned, 1.4-2.3x the items/s).
+A batch closes when it is full or `max_batch_delay_ms` after its oldest input arrived. Before
+compute, requests whose caller went away or whose deadline passed are dropped.
+
+The queue keeps requests, not inputs: one future per request, resolved once all its inputs'
+rows are back, and a cursor of how many of its inputs batches have taken. Batches hand back
+their outputs as arrays (service.runtime.BatchOutput) and a request keeps references to its rows
+of them, so no per-input objects, futures or callbacks are made on the event loop.
 
 Requests submit raw inputs; tokenizing is the batcher's: everything submitted since its last
-step is encoded in one `encode_batch` per field (service.tasks.encode), in the model's
-inference thread, before batches are formed from it. So the event loop only parses, checks
-and enqueues (tokenizing there cost ~0.17 ms a text and blocked every other request), and
-tokenization is batched like inference. Items whose caller went away or whose deadline passed
-are dropped before tokenizing and again before compute.
+step is encoded in one call per field (service.tasks.encode), in the model's inference thread,
+before batches are formed from it. So the event loop only parses, checks and enqueues
+(tokenizing there cost ~0.17 ms a text and blocked every other request), and tokenization is
+batched like inference. Requests whose caller went away or whose deadline passed are dropped
+before tokenizing and again before compute.
 Inference runs on a dedicated single-thread executor (onnxruntime and tokenizers release the
-GIL), so the event loop keeps accepting while a batch runs. Each item's future receives
-exactly its own row of the outputs.
+GIL), so the event loop keeps accepting while a batch runs. Each input receives exactly its own
+row of the outputs.
 """
 
 from __future__ import annotations
@@ -30,12 +35,12 @@ import math
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown, set_by
 from service.metrics import Metrics
-from service.runtime import Item, ItemOutput, ModelRuntime, padded_shape
+from service.runtime import BatchOutput, Item, ModelRuntime, padded_shape
 from service.settings import Settings
 from service.tasks import encode
 
@@ -44,45 +49,45 @@ log = logging.getLogger("service.batcher")
 
 @dataclass(frozen=True)
 class Done:
-    """An item's answer and where its time went."""
+    """A request's answers and where its time went. `parts`, in input order: (its first input
+    there, the output of a batch, that input's row in it, how many of its inputs follow it
+    there); a request runs in one batch, or in a few when it did not fit the rest of one."""
 
-    output: ItemOutput
-    queue_s: float
-    inference_s: float
-    batch_id: int
-    truncated: bool  # a text of this input was cut to the model's max length
-    tokens: dict | None = None  # explain: the tokens the model read and counts of the cut ones (service.tasks.token_ids)
-    unknown_share: float = 0.0  # share of the tokens read that are outside the vocabulary
-
-
-@dataclass
-class _Submitted:
-    """An input not yet tokenized."""
-
-    input: Any
-    where: str  # its place in the request, for an error message ("inputs[3]")
-    future: asyncio.Future
-    enqueued: float  # loop.time()
-    deadline: float  # loop.time()
-    explain: bool = False
+    parts: list[tuple[int, BatchOutput, int, int]]
+    truncated: list[bool]  # per input: a text of it was cut to the model's max length
+    unknown_share: list[float]  # per input: share of the tokens read that are outside the vocabulary
+    tokens: list[dict | None]  # per input, explain: the tokens the model read and counts of the cut ones (service.tasks.token_ids)
+    queue_s: float  # the longest any of its inputs waited for its batch (tokenizing included)
+    inference_s: float  # onnxruntime time of the batches its inputs ran in, summed
 
 
-@dataclass
-class _Waiting:
-    item: Item
-    future: asyncio.Future
-    enqueued: float  # loop.time()
-    deadline: float  # loop.time()
-    truncated: bool = False
-    tokens: dict | None = None  # set when the caller asked for an explanation
-    unknown_share: float = 0.0
+class _Request:
+    """A request's inputs in the queue: before tokenizing `items` is None; then `taken` of its
+    items have gone into batches, and `finished` of them are back."""
+
+    __slots__ = ("inputs", "batch", "explain", "future", "enqueued", "deadline", "items", "max_shape", "truncated",
+                 "unknown_share", "tokens", "taken", "finished", "parts", "queue_s", "inference_s")
+
+    def __init__(self, inputs: Sequence[Any], batch: bool, explain: bool, future: asyncio.Future, enqueued: float,
+                 deadline: float) -> None:
+        self.inputs, self.batch, self.explain, self.future = inputs, batch, explain, future
+        self.enqueued, self.deadline = enqueued, deadline  # loop.time()
+        self.items: list[Item] | None = None
+        self.max_shape: tuple[int, ...] = ()  # the bucket shape that holds every item of it
+        self.truncated: list[bool] = []
+        self.unknown_share: list[float] = []
+        self.tokens: list[dict | None] = []
+        self.taken = self.finished = 0
+        self.parts: list[tuple[int, BatchOutput, int, int]] = []
+        self.queue_s = self.inference_s = 0.0
+
+    def where(self, i: int) -> str:
+        """Input i's place in the request, for an error message ("inputs[3]")."""
+        return f"inputs[{i}]" if self.batch else "input"
 
 
-@dataclass
-class _State:
-    submitted: list[_Submitted] = field(default_factory=list)
-    queue: deque[_Waiting] = field(default_factory=deque)
-    count: int = 0  # submitted + queued
+# A batch: (request, its first input in the batch, how many of its inputs), in queue order.
+Segment = tuple[_Request, int, int]
 
 
 class Batcher:
@@ -94,7 +99,9 @@ class Batcher:
         self.max_delay_s = settings.max_batch_delay_ms / 1000.0
         self.max_queue = settings.max_queue
         self.metrics = metrics
-        self._state = _State()
+        self._submitted: list[_Request] = []
+        self._queue: deque[_Request] = deque()
+        self._count = 0  # inputs submitted or queued, not yet in a batch
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ort-{self.name}")
         self._task: asyncio.Task | None = None
@@ -108,12 +115,14 @@ class Batcher:
         self._batch_size = metrics.batch_size.labels(model=self.name)
         self._batch_tokens = metrics.batch_tokens.labels(model=self.name)
         self._graph_calls = metrics.graph_calls.labels(model=self.name)
+        self._dropped = {reason: metrics.dropped.labels(model=self.name, reason=reason)
+                         for reason in ("cancelled", "deadline")}
 
     # --- caller side ----------------------------------------------------------------------
 
     @property
     def depth(self) -> int:
-        return self._state.count
+        return self._count
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
@@ -123,32 +132,30 @@ class Batcher:
         it before tokenizing too, so shed requests cost no tokenization."""
         if self._closing:
             raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-        if self._state.count + count > self.max_queue:
+        if self._count + count > self.max_queue:
             raise QueueFull(
-                f"model {self.name!r} has {self._state.count} items queued, at most {self.max_queue} "
+                f"model {self.name!r} has {self._count} items queued, at most {self.max_queue} "
                 f"{set_by('max_queue')}; retry later",
                 headers={"Retry-After": "1"},
             )
 
-    def submit(self, inputs: Sequence[Any], deadline: float, places: Sequence[str] | None = None,
-               explain: bool = False) -> list[asyncio.Future]:
+    def submit(self, inputs: Sequence[Any], deadline: float, *, batch: bool = False,
+               explain: bool = False) -> asyncio.Future:
         """Queue a request's inputs (objects with the task's fields, checked by the route)
-        together or not at all (429 when they do not all fit). Each future gets a Done (with
-        `explain`, carrying the tokens and the output's explanation), or InvalidInput naming
-        `places[i]` when the input has no tokens."""
+        together or not at all (429 when they do not all fit). The future gets a Done (with
+        `explain`, carrying each input's tokens and explanation), or InvalidInput naming the
+        first input with no tokens (`inputs[i]` when `batch`)."""
         self.check_room(len(inputs))
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        futures = []
-        for i, x in enumerate(inputs):
-            future = loop.create_future()
-            where = places[i] if places is not None else "input"
-            self._state.submitted.append(_Submitted(x, where, future, now, deadline, explain))
-            futures.append(future)
-        self._state.count += len(inputs)
-        self._depth.set(self._state.count)
+        future = loop.create_future()
+        if not inputs:
+            future.set_result(Done([], [], [], [], 0.0, 0.0))
+            return future
+        self._submitted.append(_Request(inputs, batch, explain, future, loop.time(), deadline))
+        self._count += len(inputs)
+        self._depth.set(self._count)
         self._wakeup.set()
-        return futures
+        return future
 
     async def drain(self, timeout_s: float) -> None:
         """Stop taking items, run what is queued (without waiting out batch delays), then stop.
@@ -159,151 +166,214 @@ class Batcher:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=max(0.0, timeout_s))
             except asyncio.TimeoutError:
-                if self._state.count:
+                if self._count:
                     # only a drain that leaves work undone is an error worth a page
-                    log.error("drain timed out", extra={"model": self.name, "queued": self._state.count})
+                    log.error("drain timed out", extra={"model": self.name, "queued": self._count})
                 self._task.cancel()
-        leftover = [*self._state.submitted, *self._state.queue]
-        self._state.submitted.clear()
-        self._state.queue.clear()
-        for waiting in leftover:
-            if not waiting.future.done():
-                waiting.future.set_exception(ShuttingDown("the server shut down before this input ran"))
-        self._state.count = 0
+        leftover = [*self._submitted, *self._queue]
+        self._submitted.clear()
+        self._queue.clear()
+        for request in leftover:
+            if not request.future.done():
+                request.future.set_exception(ShuttingDown("the server shut down before this input ran"))
+        self._count = 0
         self._depth.set(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # --- batch loop -----------------------------------------------------------------------
 
-    def _take_count(self, queue: deque[_Waiting]) -> int:
-        """Items from the front while n <= max_batch_size and padded shape x n <= max_batch_tokens
-        (the first item always runs, even over budget)."""
-        shape = queue[0].item.shape
-        n = 1
-        while n < len(queue) and n < self.max_batch_size:
-            grown = padded_shape(shape, queue[n].item.shape)
-            if self.runtime.shape_tokens(grown) * (n + 1) > self.max_batch_tokens:
-                break
-            shape, n = grown, n + 1
-        return n
+    def _take(self) -> tuple[list[Segment], bool]:
+        """The front batch: inputs from the front while n <= max_batch_size and padded shape x n
+        <= max_batch_tokens (the first input always runs, even over budget), and whether it is
+        full (nothing more would fit). A request whose remaining inputs all fit, at the shape
+        that holds all of it, is taken whole without looking at each input."""
+        runtime, size_limit, budget = self.runtime, self.max_batch_size, self.max_batch_tokens
+        segments: list[Segment] = []
+        shape: tuple[int, ...] | None = None
+        n = 0
+        for request in self._queue:
+            items, start = request.items, request.taken
+            left = len(items) - start
+            whole = request.max_shape if shape is None else padded_shape(shape, request.max_shape)
+            if n + left <= size_limit and runtime.shape_tokens(whole) * (n + left) <= budget:
+                segments.append((request, start, left))
+                shape, n = whole, n + left
+                continue
+            count, stopped = 0, False
+            for item in items[start:]:
+                if shape is None:
+                    grown = item.shape
+                elif n >= size_limit:
+                    stopped = True
+                    break
+                else:
+                    grown = padded_shape(shape, item.shape)
+                    if runtime.shape_tokens(grown) * (n + 1) > budget:
+                        stopped = True
+                        break
+                shape, n, count = grown, n + 1, count + 1
+            if count:
+                segments.append((request, start, count))
+            if stopped:  # the next input does not fit
+                return segments, True
+        return segments, n >= size_limit
 
-    def _next_batch(self, now: float) -> tuple[deque[_Waiting] | None, float]:
-        """The queue when its front batch is ready, else (None, when it closes)."""
-        queue = self._state.queue
-        if not queue:
+    def _next_batch(self, now: float) -> tuple[list[Segment] | None, float]:
+        """The front batch when it is ready, else (None, when it closes)."""
+        if not self._queue:
             return None, math.inf
-        close_at = queue[0].enqueued + self.max_delay_s
-        if self._closing or close_at <= now:
-            return queue, close_at
-        n = self._take_count(queue)
-        if n >= self.max_batch_size or n < len(queue):  # full: nothing more would fit
-            return queue, close_at
+        close_at = self._queue[0].enqueued + self.max_delay_s
+        segments, full = self._take()
+        if self._closing or close_at <= now or full:
+            return segments, close_at
         return None, close_at
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if self._state.count == 0:
+            if self._count == 0:
                 if self._closing:
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            if self._state.submitted:
+            if self._submitted:
                 try:
                     await self._tokenize()
                 except Exception:  # the loop must outlive any one step
                     log.exception("tokenizing failed", extra={"model": self.name})
                 continue
-            queue, next_close = self._next_batch(loop.time())
-            if queue is None:
+            segments, next_close = self._next_batch(loop.time())
+            if segments is None:
                 self._wakeup.clear()
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, next_close - loop.time()))
                 except asyncio.TimeoutError:
                     pass
                 continue
-            taken = [queue.popleft() for _ in range(self._take_count(queue))]
-            self._state.count -= len(taken)
-            self._depth.set(self._state.count)
+            for request, start, count in segments:
+                request.taken = start + count
+            while self._queue and self._queue[0].taken == len(self._queue[0].items):
+                self._queue.popleft()
+            self._count -= sum(count for _, _, count in segments)
+            self._depth.set(self._count)
             try:
-                await self._run(taken)
+                await self._run(segments)
             except Exception:  # the loop must outlive any one batch
                 log.exception("batch failed", extra={"model": self.name})
 
-    def _still_wanted(self, entries: Sequence[Any], now: float) -> list:
-        """Entries (_Submitted or _Waiting) whose caller is still waiting and whose deadline has
-        not passed; the others are counted as dropped (and an expired one is answered 504)."""
-        live = []
-        for entry in entries:
-            if entry.future.done():  # caller cancelled (disconnect or its own timeout)
-                self.metrics.dropped.labels(model=self.name, reason="cancelled").inc()
-            elif now >= entry.deadline:
-                self.metrics.dropped.labels(model=self.name, reason="deadline").inc()
-                entry.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
-            else:
-                live.append(entry)
-        return live
+    def _still_wanted(self, request: _Request, count: int, now: float) -> bool:
+        """Whether the request's caller is still waiting and its deadline has not passed; if
+        not, its `count` inputs here are counted as dropped (and an expired request answered 504)."""
+        if request.future.done():  # caller cancelled (disconnect or its own timeout)
+            self._dropped["cancelled"].inc(count)
+            return False
+        if now >= request.deadline:
+            self._dropped["deadline"].inc(count)
+            request.future.set_exception(DeadlineExceeded("the request deadline passed while it was queued"))
+            return False
+        return True
+
+    def _encode(self, requests: list[_Request]) -> list:
+        """service.tasks.encode over every input of `requests` (the inference thread)."""
+        inputs = [x for r in requests for x in r.inputs]
+        explain = [r.explain for r in requests for _ in r.inputs]
+        return encode(self.runtime, inputs, explain)
 
     async def _tokenize(self) -> None:
         """Everything submitted since the last step, tokenized in one go in the inference
         thread, joins the queue in arrival order."""
         loop = asyncio.get_running_loop()
-        submitted, self._state.submitted = self._state.submitted, []
-        live: list[_Submitted] = self._still_wanted(submitted, loop.time())
-        self._state.count -= len(submitted) - len(live)
-        self._depth.set(self._state.count)
+        submitted, self._submitted = self._submitted, []
+        now = loop.time()
+        live: list[_Request] = []
+        for request in submitted:
+            if self._still_wanted(request, len(request.inputs), now):
+                live.append(request)
+            else:
+                self._count -= len(request.inputs)
+        self._depth.set(self._count)
         if not live:
             return
         try:
-            encoded = await loop.run_in_executor(self._executor, encode, self.runtime, [s.input for s in live],
-                                                 [s.explain for s in live])
+            encoded = await loop.run_in_executor(self._executor, self._encode, live)
         except Exception as exc:
-            log.exception("tokenizing failed", extra={"model": self.name, "inputs": len(live)})
-            for s in live:
-                self._state.count -= 1
-                if not s.future.done():
-                    s.future.set_exception(InferenceFailed(f"tokenizing failed: {type(exc).__name__}"))
-            self._depth.set(self._state.count)
+            log.exception("tokenizing failed", extra={"model": self.name, "inputs": sum(len(r.inputs) for r in live)})
+            for request in live:
+                self._count -= len(request.inputs)
+                if not request.future.done():
+                    request.future.set_exception(InferenceFailed(f"tokenizing failed: {type(exc).__name__}"))
+            self._depth.set(self._count)
             return
-        for s, e in zip(live, encoded, strict=True):
-            if e.item is None:
-                self._state.count -= 1
-                if not s.future.done():
-                    s.future.set_exception(InvalidInput(f"{s.where}: {e.error}"))
-            else:
-                self._state.queue.append(_Waiting(e.item, s.future, s.enqueued, s.deadline, e.truncated, e.tokens,
-                                                  e.unknown_share))
-        self._depth.set(self._state.count)
+        at = 0
+        for request in live:
+            mine = encoded[at : at + len(request.inputs)]
+            at += len(request.inputs)
+            bad = next((i for i, e in enumerate(mine) if e.item is None), None)
+            if request.future.done():  # the caller left while its inputs were tokenized
+                self._count -= len(request.inputs)
+                self._dropped["cancelled"].inc(len(request.inputs))
+                continue
+            if bad is not None:
+                self._count -= len(request.inputs)
+                request.future.set_exception(InvalidInput(f"{request.where(bad)}: {mine[bad].error}"))
+                continue
+            request.items = items = [e.item for e in mine]
+            shape = items[0].shape
+            for item in items[1:]:
+                if item.shape != shape:
+                    shape = padded_shape(shape, item.shape)
+            request.max_shape = shape
+            request.truncated = [e.truncated for e in mine]
+            request.unknown_share = [e.unknown_share for e in mine]
+            request.tokens = [e.tokens for e in mine]
+            self._queue.append(request)
+        self._depth.set(self._count)
 
-    async def _run(self, taken: list[_Waiting]) -> None:
+    def _infer(self, items: list[Item], explain_rows: list[int]) -> tuple[BatchOutput, int, int, float]:
+        """The batch's outputs, its graph calls and padded tokens, and its onnxruntime time in
+        seconds (the inference thread)."""
+        t0 = time.perf_counter()
+        output, calls = self.runtime.run_batch(items, explain_rows)
+        seconds = time.perf_counter() - t0
+        return output, len(calls), self.runtime.padded_tokens(items, calls), seconds
+
+    async def _run(self, segments: list[Segment]) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        live: list[_Waiting] = self._still_wanted(taken, start)
+        live = [s for s in segments if self._still_wanted(s[0], s[2], start)]
         if not live:
             return
-        for waiting in live:
-            self._queue_wait.observe(start - waiting.enqueued)
-        items = [w.item for w in live]
+        items: list[Item] = []
+        explain_rows: list[int] = []
+        for request, first, count in live:
+            wait = start - request.enqueued
+            for _ in range(count):
+                self._queue_wait.observe(wait)
+            if request.explain:  # the explanation output is fetched only when an input of this batch asked for it
+                explain_rows += range(len(items), len(items) + count)
+            items += request.items[first : first + count]
         self._batches += 1
-        batch_id = self._batches
-        t0 = time.perf_counter()
         try:
-            # the explanation output is fetched only when an item of this batch asked for it
-            explain_rows = [row for row, w in enumerate(live) if w.tokens is not None]
-            outputs, calls = await loop.run_in_executor(self._executor, self.runtime.infer_batch, items, explain_rows)
+            output, calls, tokens, inference_s = await loop.run_in_executor(self._executor, self._infer, items,
+                                                                            explain_rows)
         except Exception as exc:
             log.exception("inference failed", extra={"model": self.name, "batch_size": len(items)})
-            for waiting in live:
-                if not waiting.future.done():
-                    waiting.future.set_exception(InferenceFailed(f"inference failed: {type(exc).__name__}"))
+            for request, _, _ in live:
+                if not request.future.done():
+                    request.future.set_exception(InferenceFailed(f"inference failed: {type(exc).__name__}"))
             return
-        inference_s = time.perf_counter() - t0
         self._inference_duration.observe(inference_s)
         self._batch_size.observe(len(items))
-        self._batch_tokens.observe(self.runtime.padded_tokens(items, calls))
-        self._graph_calls.inc(len(calls))
-        for waiting, output in zip(live, outputs, strict=True):
-            if not waiting.future.done():
-                waiting.future.set_result(Done(output, start - waiting.enqueued, inference_s, batch_id, waiting.truncated,
-                                               waiting.tokens, waiting.unknown_share))
+        self._batch_tokens.observe(tokens)
+        self._graph_calls.inc(calls)
+        row = 0
+        for request, first, count in live:
+            request.parts.append((first, output, row, count))
+            row += count
+            request.finished += count
+            request.queue_s = max(request.queue_s, start - request.enqueued)
+            request.inference_s += inference_s
+            if request.finished == len(request.items) and not request.future.done():
+                request.future.set_result(Done(request.parts, request.truncated, request.unknown_share,
+                                               request.tokens, request.queue_s, request.inference_s))

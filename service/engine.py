@@ -45,7 +45,8 @@ class Answers:
 
 @dataclass(frozen=True)
 class Pending:
-    """Queued inputs: one future per input."""
+    """Queued inputs: the request's future (one, for all its inputs; a list for the callers
+    that cancel or check it)."""
 
     futures: list[asyncio.Future]
 
@@ -62,11 +63,6 @@ def warm_up(runtime: ModelRuntime, settings: Settings) -> float:
 
 # a request still waiting after this long starts watching for its client's disconnect
 WATCH_AFTER_S = 0.02
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved, so asyncio logs no "exception was never retrieved"
 
 
 class Engine:
@@ -125,8 +121,7 @@ class Engine:
         if asyncio.get_running_loop().time() >= deadline:
             raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms "
                                    f"{set_by('request_timeout_ms')}")
-        places = [f"inputs[{i}]" for i in range(len(inputs))] if batch else ["input"] * len(inputs)
-        return Pending(self.batcher.submit(inputs, deadline=deadline, places=places, explain=explain))
+        return Pending([self.batcher.submit(inputs, deadline=deadline, batch=batch, explain=explain)])
 
     async def answers(self, pending: Pending, *, deadline: float,
                       cancel_when: Awaitable[Any] | Callable[[], Awaitable[Any]] | None = None) -> Answers:
@@ -136,19 +131,14 @@ class Engine:
         disconnect; an awaitable, or a function that makes one) completes first. However it
         ends, inputs not yet run are cancelled, so the batcher skips them.
 
-        Cheap per request, since single-item traffic is bound by it: one waiter future woken by
-        a done-callback (what asyncio.wait builds, without its sets and extra callbacks), no
-        gather for one input, the deadline a loop timer, and the `cancel_when` watcher (a task)
-        started only for a request still waiting after WATCH_AFTER_S, so a departed client is
-        noticed that much later at worst and most requests never make one."""
+        Cheap per request, since single-item traffic is bound by it: one future for all the
+        request's inputs (the batcher resolves it when their last row is back), one waiter
+        future woken by a done-callback (what asyncio.wait builds, without its sets and extra
+        callbacks), the deadline a loop timer, and the `cancel_when` watcher (a task) started
+        only for a request still waiting after WATCH_AFTER_S, so a departed client is noticed
+        that much later at worst and most requests never make one."""
         loop = asyncio.get_running_loop()
-        futures = pending.futures
-        single = len(futures) == 1
-        outcome: asyncio.Future = futures[0] if single else asyncio.gather(*futures)
-        if not single:
-            # however gather ends (a cancelled item makes it fail with CancelledError only later,
-            # after this returned), nobody would read its outcome: retrieve it when it does
-            outcome.add_done_callback(_retrieve)
+        [outcome] = pending.futures
         waiter = loop.create_future()
 
         def wake(_: object = None) -> None:
@@ -169,7 +159,7 @@ class Engine:
         try:
             await waiter
             if outcome.done():
-                done: list[Done] = [outcome.result()] if single else outcome.result()  # raises an item's error
+                done: Done = outcome.result()  # raises an input's error
             elif watcher is not None and watcher.done():
                 raise ClientClosed("the client disconnected before the answer was ready")
             else:
@@ -183,10 +173,7 @@ class Engine:
                 watcher.cancel()
             elif asyncio.iscoroutine(cancel_when):
                 cancel_when.close()  # never started: no "coroutine was never awaited"
-            for future in futures:  # a cancelled future is skipped by the batcher
-                future.cancel()
-            if not single and not outcome.done():
-                outcome.cancel()
+            outcome.cancel()  # a cancelled request is skipped by the batcher
         return self.render(done)
 
     async def submit(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False, explain: bool = False,
@@ -197,29 +184,37 @@ class Engine:
 
     # --- answers --------------------------------------------------------------------------
 
-    def render(self, done: Sequence[Done]) -> Answers:
+    def render(self, done: Done) -> Answers:
         """The answer of each input: label, scores by label, the model, whether a text was
         cut to the max length, the share of its tokens outside the vocabulary; evidence scores
-        for claims; the explanation when asked for."""
+        for claims; the explanation when asked for. Built a batch's rows at a time from its
+        outputs (service.runtime.BatchOutput)."""
         labels = self.config.labels
-        labelled = self.task.labelled
+        name = self.name
         per_text = self.task.per_text  # verification: "evidence_scores"
-        spec = self.config.explanation
-        truncated = sum(d.truncated for d in done)
+        truncated = sum(done.truncated)
         if truncated:
             self._truncated.inc(truncated)
-        results = []
-        for d in done:
-            if labelled:
-                answer = {"label": labels[d.output.label_index], "scores": dict(zip(labels, d.output.probs)),
-                          "model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
+        results: list[dict] = []
+        for first, output, row, count in done.parts:
+            flags = done.truncated[first : first + count]
+            shares = done.unknown_share[first : first + count]
+            if self.task.labelled:
+                best = output.label_index[row : row + count]
+                probs = output.probs[row : row + count]
+                part = [{"label": labels[k], "scores": dict(zip(labels, p)), "model": name, "truncated": t,
+                         "unknown_token_share": u} for k, p, t, u in zip(best, probs, flags, shares)]
             else:
-                answer = {"model": self.name, "truncated": d.truncated, "unknown_token_share": d.unknown_share}
+                part = [{"model": name, "truncated": t, "unknown_token_share": u} for t, u in zip(flags, shares)]
             if per_text is not None:
-                answer[per_text] = [round(s, PER_TEXT_DECIMALS) for s in d.output.per_text] if labelled else d.output.per_text
-            if d.tokens is not None:
-                answer["explanation"] = {"method": spec.method if spec is not None else None, **d.tokens,
-                                         **d.output.explanation}
-            results.append(answer)
-        batch_times = {d.batch_id: d.inference_s for d in done}
-        return Answers(results, max((d.queue_s for d in done), default=0.0), sum(batch_times.values()))
+                for answer, scores in zip(part, output.per_text[row : row + count]):
+                    answer[per_text] = [round(s, PER_TEXT_DECIMALS) for s in scores] if self.task.labelled else scores
+            if any(t is not None for t in done.tokens[first : first + count]):
+                spec = self.config.explanation
+                for k, answer in enumerate(part):
+                    tokens = done.tokens[first + k]
+                    if tokens is not None:
+                        answer["explanation"] = {"method": spec.method if spec is not None else None, **tokens,
+                                                 **output.explanations[row + k]}
+            results += part
+        return Answers(results, done.queue_s, done.inference_s)

@@ -23,7 +23,7 @@ import onnxruntime as ort
 
 from core.bundle import Bundle, BundleError, check_output_width, load_bundle
 from core.tasks import TASKS, TEXT_FIELD_OF_INPUT
-from core.tokenization import PAD_ID, TextEncoder, pad_2d, pad_3d
+from core.tokenization import TextEncoder, fill_2d, fill_3d
 
 log = logging.getLogger("service.runtime")
 
@@ -146,7 +146,7 @@ def _alignment(matrix: np.ndarray, rows: str, columns: str, normalize_rows: bool
     return {"rows": TEXT_FIELD_OF_INPUT[rows], "columns": TEXT_FIELD_OF_INPUT[columns], "weights": _rounded(matrix)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
     """One input's token ids (per graph input: a list of ids, or for a list field a list of id
     lists), the bucket shape it pads to (two dimensions for a list field: texts, length), and
@@ -167,6 +167,32 @@ class ItemOutput:
     per_text: list[float] | None  # (K,) the task's per-text output (evidence_scores), this item's texts only
     # asked for: this item's slice of the explanation output, ready for the answer (explanation_of)
     explanation: dict | None = None
+
+
+@dataclass(frozen=True)
+class BatchOutput:
+    """A batch's answers, row i for item i, as plain Python values made once per batch (one
+    softmax, one argmax, one conversion to Python floats) in the inference thread."""
+
+    logits: np.ndarray | None  # (n, C); None for a task without logits
+    probs: list[list[float]] | None  # (n, C) softmax of logits / the bundle's temperature
+    label_index: list[int] | None  # (n,) argmax of the logits
+    per_text: list[list[float]] | None  # each item's per-text output (evidence_scores), its own texts only
+    explanations: dict[int, dict]  # row -> its explanation, for the rows that asked (explanation_of)
+
+    def item(self, row: int) -> ItemOutput:
+        """Row `row` as one item's output."""
+        return ItemOutput(None if self.logits is None else self.logits[row],
+                          None if self.probs is None else self.probs[row],
+                          None if self.label_index is None else self.label_index[row],
+                          None if self.per_text is None else self.per_text[row], self.explanations.get(row))
+
+    def items(self) -> list[ItemOutput]:
+        return [self.item(row) for row in range(len(self))]
+
+    def __len__(self) -> int:
+        rows = self.probs if self.probs is not None else self.per_text
+        return 0 if rows is None else len(rows)
 
 
 class ModelRuntime:
@@ -202,6 +228,10 @@ class ModelRuntime:
         self.buckets = {name: length_buckets(self.config.max_lengths[name]) for name in self.input_names}
         # bucket sizes of the number of texts in a list field
         self.count_buckets = length_buckets(self.config.max_evidence, smallest=1) if self.list_inputs else []
+        # bucket_of as a table, length -> bucket, per input (and for the texts of a list field)
+        self._bucket_of_length = {name: [bucket_of(n, b) for n in range(b[-1] + 1)] for name, b in self.buckets.items()}
+        self._bucket_of_count = [bucket_of(n, self.count_buckets) for n in range(self.count_buckets[-1] + 1)] \
+            if self.count_buckets else []
         # what one more graph call costs, in padded tokens of this model (plan_calls); set by
         # warmup(), measured there unless configured; infinity until then (one call per batch)
         self.call_overhead_tokens = math.inf
@@ -251,16 +281,21 @@ class ModelRuntime:
         shape: list[int] = []
         tokens = 0
         for name, value in zip(self.input_names, ids):
+            table = self._bucket_of_length[name]
             if name in self.list_inputs:
-                count = bucket_of(len(value), self.count_buckets)
-                length = bucket_of(max(len(v) for v in value), self.buckets[name])
+                count = self._count_bucket(len(value))
+                length = table[min(max(len(v) for v in value), len(table) - 1)]
                 shape += [count, length]
                 tokens += count * length
             else:
-                length = bucket_of(len(value), self.buckets[name])
+                length = table[min(len(value), len(table) - 1)]
                 shape.append(length)
                 tokens += length
         return Item(tuple(ids), tuple(shape), tokens)
+
+    def _count_bucket(self, count: int) -> int:
+        table = self._bucket_of_count
+        return table[min(count, len(table) - 1)]
 
     def shape_tokens(self, shape: tuple[int, ...]) -> int:
         """Padded tokens one item of this bucket shape costs (as `make_item` counts them)."""
@@ -303,24 +338,20 @@ class ModelRuntime:
         """Pad items to the batch's largest bucket shape (per dimension), and with the grid on,
         the batch to its grid size with copies of the first row (real ids, so a padding row
         computes what a real one does; every row is computed on its own, and the padding rows
-        are dropped in `infer` before anything reads them)."""
-        shape = batch_shape(items)
-        extra = self.rows(len(items)) - len(items)
+        are dropped in `infer` before anything reads them). Each input's ids go straight into
+        an array of the call's final shape, in one scatter (core.tokenization.fill_2d)."""
+        n = len(items)
+        shapes = self.feed_shapes(self.rows(n), batch_shape(items))
         out: dict[str, np.ndarray] = {}
-        at = 0
-        for i, name in enumerate(self.input_names):
+        for i, (name, shape) in enumerate(zip(self.input_names, shapes)):
+            arr = np.zeros(shape, dtype=np.int64)  # PAD_ID
             column = [item.ids[i] for item in items]
             if name in self.list_inputs:
-                count, length = shape[at], shape[at + 1]
-                at += 2
-                arr = pad_3d(column, min_length=length)  # (B, K', Le), K' = most evidence here
-                if arr.shape[1] < count:
-                    arr = np.pad(arr, ((0, 0), (0, count - arr.shape[1]), (0, 0)), constant_values=PAD_ID)
+                fill_3d(arr, column)  # (rows, K, Le)
             else:
-                arr = pad_2d(column, min_length=shape[at])  # (B, L)
-                at += 1
-            if extra:
-                arr = np.concatenate([arr, np.repeat(arr[:1], extra, axis=0)])
+                fill_2d(arr, column)  # (rows, L)
+            if shape[0] > n:
+                arr[n:] = arr[0]
             out[name] = arr
         return out
 
@@ -343,25 +374,47 @@ class ModelRuntime:
         return self.session.run(names, feeds)
 
     def infer_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[list[ItemOutput], list[list[int]]]:
+        """`run_batch`, as one output per item."""
+        output, calls = self.run_batch(items, explain_rows)
+        return output.items(), calls
+
+    def infer(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> list[ItemOutput]:
+        """`run_call`, as one output per item."""
+        return self.run_call(items, explain_rows).items()
+
+    def run_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[BatchOutput, list[list[int]]]:
         """Run a batch in the graph calls `plan_calls` picks: the outputs in item order, and the
         calls made (lists of item indices)."""
         calls = plan_calls([item.shape for item in items], self.shape_tokens, self.call_overhead_tokens,
                            None if self.batch_sizes is None else self.rows)
         if len(calls) == 1:
-            return self.infer(items, explain_rows), calls
-        outputs: list[ItemOutput | None] = [None] * len(items)
+            return self.run_call(items, explain_rows), calls
         wanted = set(explain_rows)
-        for call in calls:
-            rows = [row for row, index in enumerate(call) if index in wanted]
-            for index, output in zip(call, self.infer([items[k] for k in call], rows), strict=True):
-                outputs[index] = output
-        return outputs, calls
+        parts = [self.run_call([items[k] for k in call], [row for row, index in enumerate(call) if index in wanted])
+                 for call in calls]
+        # each call's rows back to their items' places: row j of call c is item calls[c][j]
+        order = [index for call in calls for index in call]
+        place = [0] * len(items)
+        for at, index in enumerate(order):
+            place[index] = at
+        logits = np.concatenate([part.logits for part in parts])[place] if self.labelled else None
 
-    def infer(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> list[ItemOutput]:
-        """Run one graph call (padded to the items' largest bucket shape); each item gets back its own rows, and the
-        items at `explain_rows` their explanation. Softmax, argmax and the conversion to Python
-        floats happen here, once per batch and in the inference thread, rather than per request
-        on the event loop."""
+        def joined(rows_of):
+            rows = [row for part in parts for row in rows_of(part)]
+            return [rows[at] for at in place]
+
+        explanations = {index: e for call, part in zip(calls, parts) for row, e in part.explanations.items()
+                        for index in (call[row],)}
+        return BatchOutput(logits, joined(lambda part: part.probs) if self.labelled else None,
+                           joined(lambda part: part.label_index) if self.labelled else None,
+                           joined(lambda part: part.per_text) if self.per_text_output is not None else None,
+                           explanations), calls
+
+    def run_call(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> BatchOutput:
+        """Run one graph call (padded to the items' largest bucket shape); each item gets back its
+        own row, and the items at `explain_rows` their explanation. Softmax, argmax and the
+        conversion to Python floats happen here, once per call and in the inference thread,
+        rather than per request on the event loop."""
         feeds = self.feeds(items)
         explain = bool(explain_rows) and self.explanation is not None
         outputs = self.run(feeds, explain=explain)
@@ -375,21 +428,16 @@ class ModelRuntime:
         labelled = self.labelled  # else outputs[0] is not logits, and there is no label
         probs = softmax(logits, self.temperature).tolist() if labelled else None  # (B, C), one division per batch
         best = logits.argmax(axis=-1).tolist() if labelled else None  # (B,)
-        scores = outputs[self.per_text_output].tolist() if self.per_text_output is not None else None  # (B, K)
-        wanted = set(explain_rows)
-        results = []
-        for row, item in enumerate(items):
-            per_text = None
-            if scores is not None:
-                per_text = scores[row][: len(item.ids[self.list_index])]
-            explanation = None
-            if row in wanted:
-                explanation = self.explanation_of(outputs[-1], row, item, feeds, per_text) if explain else {}
-            if labelled:
-                results.append(ItemOutput(logits[row], probs[row], best[row], per_text, explanation))
-            else:
-                results.append(ItemOutput(None, None, None, per_text, explanation))
-        return results
+        per_text = None
+        if self.per_text_output is not None:
+            scores = outputs[self.per_text_output].tolist()  # (B, K)
+            list_index = self.list_index
+            per_text = [scores[row][: len(item.ids[list_index])] for row, item in enumerate(items)]
+        explanations = {}
+        for row in explain_rows:
+            explanations[row] = {} if not explain else self.explanation_of(
+                outputs[-1], row, items[row], feeds, None if per_text is None else per_text[row])
+        return BatchOutput(logits if labelled else None, probs, best, per_text, explanations)
 
     def explanation_of(self, tensor: np.ndarray, row: int, item: Item, feeds: dict[str, np.ndarray],
                        evidence_scores: list[float] | None) -> dict:
