@@ -25,6 +25,7 @@ from service.routes import router
 from service.settings import Settings
 from service.ui import mount_ui
 from service.worker_group import WorkerGroup
+from service.zero_shot import router as zero_shot_router
 
 log = logging.getLogger("service.app")
 
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.worker_group = WorkerGroup.from_environment()  # None unless run by service.workers
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(zero_shot_router)  # an entailment composition, no task of its own
     app.include_router(oip_router)
     if settings.ui:
         mount_ui(app)

@@ -34,6 +34,7 @@ from core.tasks import TASKS
 from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.errors import ServiceError, error_response, service_error_response, set_by, validation_error_response
 from service.registry import Service
+from service import zero_shot
 from service.routes import TASK_BODIES, answer
 
 JSON = b"application/json"
@@ -42,6 +43,8 @@ CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 OFFLOAD_BODY_BYTES = 64 << 10
 # Paths of the inference endpoints -> the `endpoint` metric label.
 ENDPOINTS = {task.endpoint: task.label for task in TASKS.values()}
+# zero-shot runs entailment models under its own label; no hot path (the full stack answers it)
+ENDPOINTS[zero_shot.ENDPOINT] = zero_shot.LABEL
 # Open Inference Protocol inference (service.oip): one `endpoint` label for every model
 _V2_INFER = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 

@@ -229,9 +229,11 @@ EXAMPLES = {
     "/classify": '{"text": "..."} or {"inputs": [{"text": "..."}, ...]}',
     "/entailment": '{"premise": "...", "hypothesis": "..."} or {"inputs": [{"premise": "...", "hypothesis": "..."}, ...]}',
     "/verify": '{"claim": "...", "evidence": ["...", ...]} or {"inputs": [{"claim": "...", "evidence": ["..."]}, ...]}',
+    "/zero-shot": '{"text": "...", "candidate_labels": ["...", ...]}',  # service.zero_shot: no batch form
 }
 FIELDS = {
     "/classify": ("text",), "/entailment": ("premise", "hypothesis"), "/verify": ("claim", "evidence"),
+    "/zero-shot": ("text", "candidate_labels", "hypothesis_template", "multi_label"),
 }
 MAX_REPORTED = 3
 

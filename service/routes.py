@@ -203,6 +203,7 @@ async def index(request: Request) -> Any:
         "description": app.description,
         "endpoints": {
             **{f"POST {task.endpoint}": task.summary for task in TASKS.values()},
+            "POST /zero-shot": "which of the candidate labels fits a text, by an entailment model (service.zero_shot)",
             "GET /v1/models": "the models, their tasks and each task's default",
             "GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
             "GET /health/live": "the process is up",

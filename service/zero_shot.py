@@ -1,0 +1,192 @@
+"""Zero-shot classification over an entailment model: `POST /zero-shot`.
+
+A text and 1-32 candidate labels; each label becomes a hypothesis through a template ("This
+example is {}." by default), and the pairs (premise = the text) run as ONE batched call of a
+served entailment model, the same call `/entailment` makes with `{"inputs": [...]}` of those
+pairs (the entailment task's default model unless `model` names one). The scores are a
+function of the /entailment answers alone (tests/service/test_zero_shot.py checks it):
+
+- single-label (`multi_label: false`): the softmax over the labels of each pair's entailment
+  log-probability, i.e. P(entailment | text, hypothesis_i) / sum_j P(entailment | text,
+  hypothesis_j). Hugging Face's pipeline softmaxes the raw entailment logits instead; those
+  differ per pair by the pair's log-partition, which the service does not expose, and the
+  /entailment scores carry the card's temperature: the two rankings usually agree, the numbers
+  do not.
+- multi-label: each label on its own, entailment against contradiction,
+  P(entailment) / (P(entailment) + P(contradiction)). A model with no contradiction label
+  (scitail-attconv: entails / neutral) has two outcomes, so its P(entailment) is already
+  entailment against everything else: that is the score.
+
+Why an endpoint of its own and not a `candidate_labels` form of /classify: /classify's `model`
+names a trained classifier and its answer's labels are the bundle's; here `model` names an
+entailment model and the labels are the request's, so the two would share a path but no
+model, no validation and no answer shape (docs/zero-shot.md).
+
+Zero-shot is no task of core.tasks: it has no graph of its own, it runs the entailment task's
+models. It shares that task's limits (the pairs count against ATTSERVE_MAX_INPUTS_PER_REQUEST
+and the request's character budget, as the same pairs sent to /entailment would), its errors
+and its metrics (`endpoint="zero_shot"`, the model that ran). There is no Open Inference
+Protocol form: /v2 addresses one model's tensors, and zero-shot is a composition over a model
+(N pairs in, a ranking out), not a model; a /v2 client sends the N pairs to the entailment
+model and normalizes as above.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+from typing import Annotated, Any, ClassVar
+
+from fastapi import APIRouter, Request, Response
+from pydantic import AfterValidator, BaseModel, Field
+
+from service.errors import InvalidInput, WrongTask, excerpt
+from service.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
+from service.schemas import ErrorBody, ModelName, Text, Truncate, _Body
+
+ENDPOINT = "/zero-shot"
+LABEL = "zero_shot"  # the `endpoint` metric label
+TASK = "entailment"  # the task whose models answer
+MAX_CANDIDATE_LABELS = 32
+DEFAULT_TEMPLATE = "This example is {}."
+PLACEHOLDER = "{}"
+# the label names that mean "the hypothesis follows" / "the hypothesis is false", as bundles spell them
+ENTAILMENT_LABELS = ("entailment", "entails", "entailed")
+CONTRADICTION_LABELS = ("contradiction", "contradicts", "contradicted")
+
+
+def _valid_template(template: str) -> str:
+    if template.count(PLACEHOLDER) != 1:
+        raise ValueError(f"must hold \"{{}}\" exactly once, where each candidate label goes (got "
+                         f"{excerpt(template)}); e.g. {DEFAULT_TEMPLATE!r}")
+    return template
+
+
+def _distinct(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):
+        if label in seen:
+            raise ValueError(f"candidate_labels[{i}] repeats candidate_labels[{seen[label]}] ({excerpt(label)}); "
+                             "send each label once")
+        seen[label] = i
+    return labels
+
+
+Template = Annotated[str, AfterValidator(_valid_template)]
+
+
+class ZeroShotRequest(_Body):
+    """One text and its candidate labels (Hugging Face's zero-shot-classification arguments)."""
+
+    endpoint_fields = ("text", "candidate_labels", "hypothesis_template", "multi_label", "model", "truncate")
+    explain: ClassVar[bool] = False  # the explanation of N pairs has no single heat map: ask /entailment
+    text: Text = Field(description="the text to label (the premise of every pair)")
+    candidate_labels: Annotated[list[Text], AfterValidator(_distinct)] = Field(
+        min_length=1, max_length=MAX_CANDIDATE_LABELS,
+        description=f"1-{MAX_CANDIDATE_LABELS} labels, each put into hypothesis_template")
+    hypothesis_template: Template = Field(DEFAULT_TEMPLATE, description="the hypothesis of each label: \"{}\" is "
+                                          "replaced by the label")
+    multi_label: bool = Field(False, description="false: the scores are a distribution over the labels (one fits); "
+                              "true: each label is scored on its own, entailment against contradiction")
+    model: ModelName = None
+    truncate: Truncate = True
+
+
+class ZeroShotAnswer(BaseModel):
+    sequence: str = Field(description="the text, as sent")
+    labels: list[str] = Field(description="the candidate labels, best first (ties: request order)")
+    scores: list[float] = Field(description="each label's score, in the order of `labels`")
+    multi_label: bool
+    model: str
+    truncated: bool = Field(description="true when the text or a hypothesis was cut to the model's max length")
+    unknown_token_share: float = Field(ge=0, le=1, description="the largest unknown-token share of the pairs "
+                                       "(docs/answers.md)")
+
+
+def hypothesis(template: str, label: str) -> str:
+    # str.replace, not str.format: a template may hold other braces
+    return template.replace(PLACEHOLDER, label, 1)
+
+
+def label_roles(labels: list[str], model: str) -> tuple[str, str | None]:
+    """The model's entailment label and its contradiction label (None when it has none);
+    wrong_task for a model none of whose labels means entailment."""
+    lowered = {label.lower(): label for label in labels}
+    entail = next((lowered[name] for name in ENTAILMENT_LABELS if name in lowered), None)
+    if entail is None:
+        raise WrongTask(f"model {model!r} has no entailment label (its labels: {labels}; zero-shot needs one of "
+                        f"{list(ENTAILMENT_LABELS)}); name another entailment model (/v1/models)")
+    contra = next((lowered[name] for name in CONTRADICTION_LABELS if name in lowered), None)
+    return entail, contra
+
+
+def zero_shot_scores(pair_answers: list[dict], multi_label: bool, entail: str, contra: str | None) -> list[float]:
+    """Each candidate's score from the /entailment answers of its pair (`scores` by label)."""
+    p_entail = [answer["scores"][entail] for answer in pair_answers]
+    if multi_label:
+        if contra is None:
+            return p_entail
+        out = []
+        for answer, p in zip(pair_answers, p_entail):
+            both = p + answer["scores"][contra]
+            out.append(p / both if both > 0 else 0.5)
+        return out
+    total = sum(p_entail)
+    if total <= 0:  # every entailment probability underflowed: no label is preferred
+        return [1.0 / len(p_entail)] * len(p_entail)
+    return [p / total for p in p_entail]
+
+
+def zero_shot_answer(body: ZeroShotRequest, pair_answers: list[dict], model_labels: list[str], model: str) -> dict:
+    """The answer from the pairs' /entailment answers, labels best first (ties: request order)."""
+    entail, contra = label_roles(model_labels, model)
+    scores = zero_shot_scores(pair_answers, body.multi_label, entail, contra)
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return {"sequence": body.text, "labels": [body.candidate_labels[i] for i in order],
+            "scores": [scores[i] for i in order], "multi_label": body.multi_label, "model": model,
+            "truncated": any(a["truncated"] for a in pair_answers),
+            "unknown_token_share": max(a["unknown_token_share"] for a in pair_answers)}
+
+
+_INPUT_FIELD = re.compile(r"inputs\[(\d+)\]\.(premise|hypothesis)")
+
+
+def _in_request_terms(message: str, body: ZeroShotRequest) -> str:
+    """An engine error names the pairs as /entailment would ("inputs[3].hypothesis"): say it
+    in this request's fields ("text", "candidate_labels[3]")."""
+    def field(match: re.Match) -> str:
+        if match.group(2) == "premise":
+            return "text"
+        return f"candidate_labels[{match.group(1)}] (its hypothesis)"
+    return _INPUT_FIELD.sub(field, message)
+
+
+router = APIRouter()
+
+
+@router.post(ENDPOINT, response_model=ZeroShotAnswer, tags=["inference"], name="zero_shot",
+             responses={code: {"model": ErrorBody} for code in (404, 413, 415, 422, 429, 503, 504)})
+async def zero_shot(body: ZeroShotRequest, request: Request) -> Response:
+    """Which of these labels fits the text? Each label is tried as an entailment hypothesis
+    (one batched call of an entailment model); the labels come back best first."""
+    service = _service(request)
+    entry = service.resolve(body.model, TASK)
+    label_roles(entry.config.labels, entry.name)  # before any work: a model that cannot answer
+    pairs = [SimpleNamespace(premise=body.text, hypothesis=hypothesis(body.hypothesis_template, label))
+             for label in body.candidate_labels]
+    try:
+        results, headers = await run(service, request.scope.setdefault("state", {}), request.receive, entry, pairs,
+                                     LABEL, batch=True)
+    except InvalidInput as exc:
+        raise type(exc)(_in_request_terms(exc.message, body), headers=exc.headers) from None
+    if not body.truncate:
+        cut = [i for i, r in enumerate(results) if r["truncated"]]
+        if cut:
+            raise InvalidInput(f"candidate_labels[{cut[0]}]: the text or its hypothesis is longer than the model's max "
+                               "length (its max_lengths in /v1/models); send \"truncate\": true to cut it, or a "
+                               "shorter text")
+    ignored = body.ignored_fields()
+    if ignored:
+        headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
+    document = zero_shot_answer(body, results, entry.config.labels, entry.name)
+    return Response(ANSWER_JSON.dump_json(document), media_type="application/json", headers=headers)
