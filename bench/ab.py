@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,12 @@ RAW_SESSION = "raw-session"
 SERVER_CPU = "0"
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def raw_session_run(root: Path, bodies: Path, model: str, seconds: int, work: Path) -> dict:
     """onnxruntime's session.run alone on the batch bodies (bench.engine.raw_session), run from
     `root` in its own process pinned to the server's core, as a run record like wrk's (its
@@ -93,7 +100,8 @@ def raw_session_run(root: Path, bodies: Path, model: str, seconds: int, work: Pa
     return {"loop": "in-process", "concurrency": 1, "requests": raw["requests"], "items": raw["requests"] * BATCH_INPUTS,
             "duration_s": raw["seconds"], "requests_per_s": round(raw["requests"] / raw["seconds"], 2),
             "items_per_s": raw["items_per_s"], "latency_ms": {"p50": ms, "p99": ms}, "errors": {"total": 0},
-            "graph_calls_per_request": raw["graph_calls_per_request"]}
+            "graph_calls_per_request": raw["graph_calls_per_request"],
+            "cpu_us_per_item": round(1e6 * raw["cpu_seconds"] / (raw["requests"] * BATCH_INPUTS), 2)}
 
 
 def _commit(root: Path) -> str:
@@ -139,7 +147,8 @@ def main(
                 run["failed"] = is_failed(run)
                 runs.append(run)
                 typer.echo(f"round {round_ + 1}/{repeats} {label:10s} {run['items_per_s']:8.1f} items/s  "
-                           f"{run['latency_ms']['p50']:.2f} ms a request  load {run['load_1m']}", err=True)
+                           f"{run['latency_ms']['p50']:.2f} ms a request  cpu {run['cpu_us_per_item']} us/item  "
+                           f"load {run['load_1m']}", err=True)
                 continue
             spec = APPS[app_name](servers.free_port(), root / "model_repository", model,
                                         max_batch_size=Settings.model_fields["max_batch_size"].default,
@@ -151,18 +160,31 @@ def main(
             with servers.Server(spec, SERVER_CPU, work / "logs") as server:
                 per_request = BATCH_INPUTS if bodies == "batch" else 1
                 loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1", per_request)
+                cpu0 = cpu_seconds(server.process.pid)
                 run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1", per_request)
+                cpu = cpu_seconds(server.process.pid) - cpu0
             run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2))
+            # the server's own CPU time per item answered: on a core shared with other work, a
+            # steadier figure than items/s (which counts the time the others took too)
+            ok_items = run["items_per_s"] * run["duration_s"]
+            run["cpu_us_per_item"] = round(1e6 * cpu / ok_items, 2) if ok_items else None
             run["failed"] = is_failed(run)
             runs.append(run)
             typer.echo(f"round {round_ + 1}/{repeats} {label:10s} {run['items_per_s']:8.1f} items/s  "
                        f"p50 {run['latency_ms']['p50']:.1f} ms  p99 {run['latency_ms']['p99']:.1f} ms  "
-                       f"errors {run['errors']['total']}  load {run['load_1m']}", err=True)
+                       f"errors {run['errors']['total']}  cpu {run['cpu_us_per_item']} us/item  load {run['load_1m']}",
+                       err=True)
     # the same per-arm figures as bench.peers (medians of the runs that did not fail, spread)
     summary = summarize(runs, [label for label, *_ in arms], base=arms[0][0])
     base = summary[arms[0][0]]["median_items_per_s"]
+    cpu_base = None
     for label, root, bodies, app_name in arms:
         median = summary[label]["median_items_per_s"]
+        cpu = [r["cpu_us_per_item"] for r in runs if r["arm"] == label and not r["failed"] and r.get("cpu_us_per_item")]
+        summary[label]["median_cpu_us_per_item"] = round(statistics.median(cpu), 2) if cpu else None
+        cpu_base = summary[label]["median_cpu_us_per_item"] if label == arms[0][0] else cpu_base
+        summary[label]["cpu_ratio_to_first"] = (round(cpu_base / summary[label]["median_cpu_us_per_item"], 4)
+                                                if cpu_base and summary[label]["median_cpu_us_per_item"] else None)
         summary[label].update(tree=str(root), commit=_commit(root), bodies=bodies, app=app_name, env=extra.get(label, {}),
                               ratio_to_first=round(median / base, 4) if median and base else None)
     report = {"command": "python -m bench.ab " + " ".join([*(f"--arm {a}" for a in arm),
@@ -171,7 +193,8 @@ def main(
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "summary": summary, "runs": runs}
     for label, s in summary.items():
         typer.echo(f"{label:10s} median {s['median_items_per_s']} items/s (min {s['min']}, max {s['max']}, "
-                   f"{s['runs_ok']} runs ok), ratio to {arms[0][0]} {s['ratio_to_first']}, median p99 {s['median_p99_ms']} ms")
+                   f"{s['runs_ok']} runs ok), ratio to {arms[0][0]} {s['ratio_to_first']}, median p99 {s['median_p99_ms']} ms; "
+                   f"median CPU {s['median_cpu_us_per_item']} us/item, {arms[0][0]}'s / this {s['cpu_ratio_to_first']}")
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
