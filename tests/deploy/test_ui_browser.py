@@ -441,6 +441,30 @@ def test_rerank(driver, server, shots) -> None:
     assert console_errors(driver) == []
 
 
+def test_zero_shot(driver, server) -> None:
+    """Zero-shot (service.zero_shot): the entailment models in the picker, the labels best first
+    with the API's own scores."""
+    text = "Shares in the bank fell sharply after it reported a loss for the quarter."
+    labels = ["sport", "business", "politics"]
+    open_page(driver, server, "zero_shot")
+    model = driver.find_element(By.ID, "model").get_attribute("value")
+    options = [o.get_attribute("value") for o in driver.find_elements(By.CSS_SELECTOR, "#model option")]
+    entailment = [m["name"] for m in httpx.get(server.base + "/v1/models", timeout=10).json()["models"]
+                  if m.get("task") == "entailment"]
+    assert sorted(options) == sorted(entailment) and model in entailment
+    answer = api(server, "/zero-shot", {"text": text, "candidate_labels": labels, "model": model})
+    type_into(driver, "zs-text", text)
+    type_into(driver, "candidate-labels", "\n".join(labels) + "\n\n")
+    submit(driver, "ctrl-enter", "candidate-labels")
+
+    assert shown_label(driver) == answer["labels"][0]
+    rows = driver.find_elements(By.CSS_SELECTOR, "#scores li")
+    assert [r.find_element(By.CLASS_NAME, "score-name").text for r in rows] == answer["labels"]
+    assert [r.find_element(By.CLASS_NAME, "score-value").text for r in rows] == [fmt(s) for s in answer["scores"]]
+    assert driver.find_element(By.ID, "submit").text == "Rank"
+    assert console_errors(driver) == []
+
+
 def test_api_error_in_the_alert(driver, server) -> None:
     open_page(driver, server, "classification")
     expected = httpx.post(server.base + "/classify", json={"text": "", "explain": True}, timeout=10)

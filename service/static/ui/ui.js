@@ -12,11 +12,13 @@
     verification: { endpoint: "../verify", fields: ["claim", "evidence"] },
     // TEI's rerank: scores per text, no labels and no explanation
     rerank: { endpoint: "../rerank", fields: ["query", "texts"] },
+    // candidate labels as entailment hypotheses (service.zero_shot): the entailment task's models
+    zero_shot: { endpoint: "../zero-shot", fields: [], modelsOf: "entailment" },
   };
   // Fields that hold a list: one text per line in their text box.
   const LIST_FIELDS = new Set(["evidence", "texts"]);
   // Accepted in ?task=: the task names and the endpoint names.
-  const TASK_ALIASES = { classify: "classification", verify: "verification" };
+  const TASK_ALIASES = { classify: "classification", verify: "verification", "zero-shot": "zero_shot" };
   // The README's examples.
   const EXAMPLES = {
     classification: { text: "Shares in the bank fell sharply after it reported a loss for the quarter." },
@@ -30,6 +32,11 @@
       texts: "A glacier cave is a cave formed within the ice of a glacier.\n"
         + "The ice facade is approximately 60 m high.\n"
         + "Glacier caves are often called ice caves, but this term is properly used to describe bedrock caves that contain year-round ice.",
+    },
+    zero_shot: {
+      "zs-text": "Shares in the bank fell sharply after it reported a loss for the quarter.",
+      "candidate-labels": "business\nsport\npolitics\ntechnology",
+      "hypothesis-template": "This example is {}.",
     },
   };
   const UNKNOWN_TITLE = "unknown word";
@@ -137,7 +144,8 @@
 
   function modelsOf(task) {
     if (!catalog) return [];
-    return (catalog.models || []).filter((m) => m.task === task);
+    const served = (TASKS[task] && TASKS[task].modelsOf) || task;
+    return (catalog.models || []).filter((m) => m.task === served);
   }
 
   function modelInfo(name) {
@@ -148,14 +156,14 @@
     for (const field of form.querySelectorAll("[data-task]")) {
       field.hidden = field.dataset.task !== task;
     }
-    $("submit").textContent = task === "rerank" ? "Rank" : "Explain";
+    $("submit").textContent = task === "rerank" || task === "zero_shot" ? "Rank" : "Explain";
     fillModels(task);
   }
 
   function fillModels(task) {
     const models = modelsOf(task);
     if (!catalog) return;
-    const taskInfo = (catalog.tasks || {})[task] || {};
+    const taskInfo = (catalog.tasks || {})[(TASKS[task] && TASKS[task].modelsOf) || task] || {};
     modelSelect.replaceChildren();
     if (models.length === 0) {
       modelSelect.append(el("option", { value: "", text: "no model of this task is served" }));
@@ -228,6 +236,16 @@
   // --- the request -----------------------------------------------------------------------
 
   function bodyOf(task) {
+    if (task === "zero_shot") {
+      const zeroShot = {
+        text: $("zs-text").value,
+        candidate_labels: $("candidate-labels").value.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== ""),
+        hypothesis_template: $("hypothesis-template").value || "This example is {}.",
+        multi_label: $("multi-label").checked,
+      };
+      if (modelSelect.value) zeroShot.model = modelSelect.value;
+      return zeroShot;
+    }
     const body = {};
     for (const field of TASKS[task].fields) {
       const value = $(field).value;
@@ -257,7 +275,10 @@
       });
       const answer = await readAnswer(response);
       const totalMs = response.headers.get("x-total-time");
-      if (task === "rerank") {
+      if (task === "zero_shot") {
+        renderZeroShot(answer, totalMs);
+        setStatus(`Done: ${answer.labels[0]} (${fmt(answer.scores[0])}).`);
+      } else if (task === "rerank") {
         renderRanking(answer, totalMs);
         setStatus(`Done: ${answer.length} texts ranked; the best is text ${answer[0].index + 1} (${fmt(answer[0].score)}).`);
       } else {
@@ -321,6 +342,32 @@
     $("method").textContent = "";
     $("explanation").replaceChildren(el("p", { class: "note",
       text: "Reranking answers one relevance score per text (best first); it has no attention weights to show." }));
+    result.hidden = false;
+  }
+
+  // Zero-shot: the candidate labels best first, each with its score.
+  function renderZeroShot(answer, totalMs) {
+    result.dataset.task = "zero_shot";
+    result.querySelector(".verdict-key").textContent = "Best";
+    $("result-label").textContent = answer.labels[0];
+    const meta = [answer.model, answer.multi_label ? "each label on its own" : "one label fits"];
+    if (totalMs) meta.push(`${Number(totalMs).toFixed(1)} ms`);
+    if (answer.truncated) meta.push("a text was cut to the model's max length");
+    $("result-meta").textContent = meta.join(" · ");
+    const list = $("scores");
+    list.replaceChildren();
+    answer.labels.forEach((label, rank) => {
+      const fill = el("span", { class: "fill" });
+      fill.style.width = pct(answer.scores[rank]);
+      list.append(el("li", { class: rank === 0 ? "top" : null },
+        el("span", { class: "score-name", text: label }),
+        el("span", { class: "bar", "aria-hidden": "true" }, fill),
+        el("span", { class: "score-value", text: fmt(answer.scores[rank]) })));
+    });
+    $("method").textContent = "";
+    $("explanation").replaceChildren(el("p", { class: "note",
+      text: "Each label was tried as an entailment hypothesis (the template with the label); "
+        + "to see the attention of one, send that pair to the Entailment task." }));
     result.hidden = false;
   }
 
