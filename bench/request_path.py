@@ -11,11 +11,11 @@ so the profiled req/s is far below the real one: read the shares, not the absolu
     .venv/bin/python -m bench.request_path --seconds 5 --out bench/results/request-path
 
 `--stages` instead measures a 32-input request from bytes in to bytes out, per stage and per
-input (issue 57): the same app under wrk at c=4 with the 32-pair bodies gives the time a
-request costs the pinned core (unprofiled: the core is saturated, so 1 / throughput is its CPU
-time per request), then each stage of the path is timed alone, in order, on the same bodies
-(`stage_times`); what the stages do not account for is the HTTP stack, the event loop and the
-metrics around them.
+input (issue 57), in CPU time, which other work on a shared core disturbs far less than wall
+time: the same app under wrk at c=4 with the 32-pair bodies gives the CPU time a request costs
+the server process (unprofiled), then each stage of the path is timed alone, in order, on the
+same bodies (`StageTimer`, the process's CPU time while the server idles); what the stages do not
+account for is the HTTP stack, the event loop and the metrics around them.
 
     .venv/bin/python -m bench.request_path --stages --dataset snli --out bench/results/request-path
 """
@@ -89,7 +89,7 @@ def _wrk(url: str, bodies: Path, seconds: int, concurrency: int, cpus: str | Non
 # --- a 32-input request, stage by stage (--stages) --------------------------------------------
 
 # Rounds of (one wrk run of the service, one pass of every stage), interleaved so that other work
-# on the shared core disturbs both alike; the fastest of each is kept, the figure least disturbed.
+# on the shared core disturbs both alike; the least CPU time of each is kept, the least disturbed.
 STAGE_ROUNDS = 5
 PARSE = "parse + validate (pydantic, from the body's bytes)"
 SERIALISE = "serialise (ignored fields, JSON)"
@@ -97,11 +97,12 @@ SUBMIT = "engine.submit, end to end"
 
 
 def _per_argument(fn, arguments: list) -> float:
-    """Seconds per argument of `fn` called on each of `arguments` in turn."""
-    t0 = time.perf_counter()
+    """CPU seconds of the process (the tokenizers library's own threads included) per argument
+    of `fn` called on each of `arguments` in turn; the server in the same process is idle."""
+    t0 = time.process_time()
     for a in arguments:
         fn(a)
-    return (time.perf_counter() - t0) / len(arguments)
+    return (time.process_time() - t0) / len(arguments)
 
 
 class StageTimer:
@@ -109,7 +110,9 @@ class StageTimer:
     service's own functions (the hot path's validator, the engine's checks and answers, the
     task encoder, the runtime's plan, feeds and session, the answer's JSON writer). "engine
     bookkeeping" is `Engine.submit` from `concurrency` callers on uvloop (the server's load; its
-    time per request) minus the stages it runs."""
+    CPU time per request) minus the stages it runs. It also drives the tree before issue 57
+    (per-input outputs, `infer_batch`, and `Engine.render` of one Done per input), so one
+    harness measures both."""
 
     def __init__(self, bundle: Path, raw_bodies: list[bytes], concurrency: int) -> None:
         from pydantic import TypeAdapter
@@ -134,9 +137,18 @@ class StageTimer:
         self.encode = lambda x: encode(runtime, x)
         self.items = [[e.item for e in self.encode(x)] for x in self.inputs]
         self.feeds = [[runtime.feeds([batch[k] for k in call]) for call in self.plan(batch)] for batch in self.items]
-        outputs = [runtime.run_batch(batch)[0] for batch in self.items]
-        self.done = [Done([(0, o, 0, len(batch))], [False] * len(batch), [0.0] * len(batch), [None] * len(batch),
-                          0.0, 0.0) for o, batch in zip(outputs, self.items)]
+        if hasattr(runtime, "run_batch"):
+            self.run_batch = runtime.run_batch
+            outputs = [runtime.run_batch(batch)[0] for batch in self.items]
+            self.done = [Done([(0, o, 0, len(batch))], [False] * len(batch), [0.0] * len(batch), [None] * len(batch),
+                              0.0, 0.0) for o, batch in zip(outputs, self.items)]
+        else:  # before issue 57: an output and a Done per input
+            from types import SimpleNamespace
+
+            self.run_batch = runtime.infer_batch
+            self.done = [[SimpleNamespace(output=o, truncated=False, unknown_share=0.0, tokens=None, batch_id=1,
+                                          queue_s=0.0, inference_s=0.0) for o in runtime.infer_batch(batch)[0]]
+                         for batch in self.items]
         self.results = [engine.render(d).results for d in self.done]
         self.dump = ANSWER_JSON.dump_json
 
@@ -157,8 +169,8 @@ class StageTimer:
         t["plan + pad into feeds"] = _per_argument(lambda b: [r.feeds([b[k] for k in c]) for c in self.plan(b)],
                                                    self.items)
         t["session.run"] = _per_argument(lambda fs: [r.run(f) for f in fs], self.feeds)
-        # run_batch: plan, feeds, run, then the outputs per batch
-        t["outputs per item (softmax, argmax, rows)"] = _per_argument(r.run_batch, self.items)
+        # run_batch: plan, feeds, run, then the outputs
+        t["outputs per item (softmax, argmax, rows)"] = _per_argument(self.run_batch, self.items)
         t["answers (engine.render)"] = _per_argument(e.render, self.done)
         t[SERIALISE] = _per_argument(lambda br: (br[0].ignored_fields(), self.dump({"results": br[1]})),
                                      list(zip(self.bodies, self.results)))
@@ -166,7 +178,8 @@ class StageTimer:
         return t
 
     def submit(self) -> float:
-        """Seconds per request of `Engine.submit` on the bodies from `concurrency` callers."""
+        """CPU seconds of the process per request of `Engine.submit` on the bodies from
+        `concurrency` callers (the engine's inference thread included)."""
         import asyncio
 
         from service.engine import Engine
@@ -181,9 +194,9 @@ class StageTimer:
                 for x in share:
                     await engine.submit(x, deadline=loop.time() + 30.0, batch=True)
 
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             await asyncio.gather(*(caller(self.inputs[c::self.concurrency]) for c in range(self.concurrency)))
-            elapsed = (time.perf_counter() - t0) / len(self.inputs)
+            elapsed = (time.process_time() - t0) / len(self.inputs)
             await engine.drain(5.0)
             return elapsed
 
@@ -240,7 +253,9 @@ def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset
         run = lambda s: asyncio.to_thread(_wrk, url, bodies, s, concurrency, client_cpu)  # noqa: E731
         await run(warmup)
         for _ in range(STAGE_ROUNDS):
+            cpu0 = time.process_time()  # this process is the server; wrk runs in its own
             runs.append(await run(seconds))
+            runs[-1]["server_cpu_s"] = time.process_time() - cpu0
             passes.append(await asyncio.to_thread(timer.once))  # the server idle meanwhile
         server.should_exit = True
         await task
@@ -251,7 +266,8 @@ def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset
     except ImportError:
         asyncio.run(drive())
     per_run = [r["duration_us"] / 1e6 / max(1, r["requests"]) for r in runs]
-    request_s = min(per_run)
+    cpu_per_run = [r["server_cpu_s"] / max(1, r["requests"]) for r in runs]
+    request_s = min(cpu_per_run)
     best = {name: min(p[name] for p in passes) for name in passes[0]}
     times = StageTimer.split(best, request_s)
     rows = [{"stage": name, "us_per_request": 1e6 * t, "us_per_item": 1e6 * t / BATCH_INPUTS,
@@ -259,16 +275,17 @@ def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset
     report = {"model": model, "dataset": dataset, "concurrency": concurrency, "seconds": seconds,
               "rounds": STAGE_ROUNDS, "server_cpu": server_cpu, "client_cpu": client_cpu,
               "loadavg_at_end": os.getloadavg(),
-              "service": {"items_per_s": BATCH_INPUTS / request_s, "us_per_request": 1e6 * request_s,
+              "service": {"cpu_us_per_request": 1e6 * request_s,
+                          "cpu_us_per_request_per_run": [round(1e6 * x, 1) for x in cpu_per_run],
                           "items_per_s_per_run": [round(BATCH_INPUTS / x, 1) for x in per_run],
                           "errors_per_run": [r.get("errors") for r in runs]},
               "stages": rows, "passes_us_per_request": [{k: round(1e6 * v, 1) for k, v in p.items()} for p in passes]}
     (out / "stages.json").write_text(json.dumps(report, indent=1) + "\n")
-    lines = [f"32-input requests at c={concurrency}: {BATCH_INPUTS / request_s:,.0f} items/s, "
-             f"{1e6 * request_s:,.0f} µs a request on the pinned core (the fastest of {STAGE_ROUNDS} runs: "
-             f"{', '.join(f'{BATCH_INPUTS / x:,.0f}' for x in per_run)} items/s); each stage the fastest of "
-             f"{STAGE_ROUNDS} passes\n",
-             "| stage | µs/request | µs/item | share |", "|---|---:|---:|---:|"]
+    lines = [f"32-input requests at c={concurrency}: {1e6 * request_s:,.0f} µs of CPU a request in the server "
+             f"(the least of {STAGE_ROUNDS} runs: {', '.join(f'{1e6 * x:,.0f}' for x in cpu_per_run)}; "
+             f"{', '.join(f'{BATCH_INPUTS / x:,.0f}' for x in per_run)} items/s); each stage the least CPU time "
+             f"of {STAGE_ROUNDS} passes; load average {os.getloadavg()[0]:.1f} at the end\n",
+             "| stage | CPU µs/request | CPU µs/item | share |", "|---|---:|---:|---:|"]
     lines += [f"| {r['stage']} | {r['us_per_request']:,.0f} | {r['us_per_item']:.1f} | {100 * r['share']:.1f} % |"
               for r in rows]
     (out / "stages.md").write_text("\n".join(lines) + "\n")

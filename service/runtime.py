@@ -384,37 +384,45 @@ class ModelRuntime:
 
     def run_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[BatchOutput, list[list[int]]]:
         """Run a batch in the graph calls `plan_calls` picks: the outputs in item order, and the
-        calls made (lists of item indices)."""
+        calls made (lists of item indices). One softmax, argmax and conversion to Python values
+        for the whole batch, once its calls' rows are back in item order."""
         calls = plan_calls([item.shape for item in items], self.shape_tokens, self.call_overhead_tokens,
                            None if self.batch_sizes is None else self.rows)
         if len(calls) == 1:
             return self.run_call(items, explain_rows), calls
         wanted = set(explain_rows)
-        parts = [self.run_call([items[k] for k in call], [row for row, index in enumerate(call) if index in wanted])
+        parts = [self._call([items[k] for k in call], [row for row, index in enumerate(call) if index in wanted])
                  for call in calls]
-        # each call's rows back to their items' places: row j of call c is item calls[c][j]
+        # row j of call c is item calls[c][j]: rows in call order, then put back in item order
         order = [index for call in calls for index in call]
         place = [0] * len(items)
         for at, index in enumerate(order):
             place[index] = at
-        logits = np.concatenate([part.logits for part in parts])[place] if self.labelled else None
-
-        def joined(rows_of):
-            rows = [row for part in parts for row in rows_of(part)]
-            return [rows[at] for at in place]
-
-        explanations = {index: e for call, part in zip(calls, parts) for row, e in part.explanations.items()
-                        for index in (call[row],)}
-        return BatchOutput(logits, joined(lambda part: part.probs) if self.labelled else None,
-                           joined(lambda part: part.label_index) if self.labelled else None,
-                           joined(lambda part: part.per_text) if self.per_text_output is not None else None,
-                           explanations), calls
+        # a reranker's first output is its per-text scores, as wide as each call's texts: not joined
+        logits = np.concatenate([logits for logits, _, _ in parts])[place] if self.labelled else None
+        per_text = None
+        if self.per_text_output is not None:
+            rows = [row for _, scores, _ in parts for row in scores]
+            per_text = [rows[at] for at in place]
+        explanations = {call[row]: e for call, (_, _, made) in zip(calls, parts) for row, e in made.items()}
+        return self._output(logits, per_text, explanations), calls
 
     def run_call(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> BatchOutput:
         """Run one graph call (padded to the items' largest bucket shape); each item gets back its
-        own row, and the items at `explain_rows` their explanation. Softmax, argmax and the
-        conversion to Python floats happen here, once per call and in the inference thread,
-        rather than per request on the event loop."""
+        own row, and the items at `explain_rows` their explanation."""
+        return self._output(*self._call(items, explain_rows))
+
+    def _output(self, logits: np.ndarray, per_text: list | None, explanations: dict[int, dict]) -> BatchOutput:
+        """Softmax, argmax and the conversion to Python floats, once per batch and in the
+        inference thread, rather than per request on the event loop."""
+        if not self.labelled:  # outputs[0] is not logits, and there is no label
+            return BatchOutput(None, None, None, per_text, explanations)
+        probs = softmax(logits, self.temperature).tolist()  # (B, C), one division per batch
+        return BatchOutput(logits, probs, logits.argmax(axis=-1).tolist(), per_text, explanations)
+
+    def _call(self, items: Sequence[Item], explain_rows: Sequence[int]) -> tuple[np.ndarray, list | None, dict[int, dict]]:
+        """One graph call: the items' rows of its first output (logits), their per-text outputs cut
+        to their own texts, and the explanations of the items at `explain_rows`."""
         feeds = self.feeds(items)
         explain = bool(explain_rows) and self.explanation is not None
         outputs = self.run(feeds, explain=explain)
@@ -425,9 +433,6 @@ class ModelRuntime:
             # explanation's, is row-major: the last (rows - n) x K)
             outputs = [out[: n * (out.shape[0] // rows)] for out in outputs]
         logits = outputs[0]  # (B, C)
-        labelled = self.labelled  # else outputs[0] is not logits, and there is no label
-        probs = softmax(logits, self.temperature).tolist() if labelled else None  # (B, C), one division per batch
-        best = logits.argmax(axis=-1).tolist() if labelled else None  # (B,)
         per_text = None
         if self.per_text_output is not None:
             scores = outputs[self.per_text_output].tolist()  # (B, K)
@@ -437,7 +442,7 @@ class ModelRuntime:
         for row in explain_rows:
             explanations[row] = {} if not explain else self.explanation_of(
                 outputs[-1], row, items[row], feeds, None if per_text is None else per_text[row])
-        return BatchOutput(logits if labelled else None, probs, best, per_text, explanations)
+        return logits, per_text, explanations
 
     def explanation_of(self, tensor: np.ndarray, row: int, item: Item, feeds: dict[str, np.ndarray],
                        evidence_scores: list[float] | None) -> dict:
