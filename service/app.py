@@ -16,6 +16,7 @@ from typing import AsyncIterator, Callable
 from fastapi import FastAPI
 
 from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
+from service.cache import ResponseCache
 from service.entry import BodyLimitMiddleware, ServiceEntry
 from service.errors import install_error_handlers
 from service.metrics import watch_event_loop
@@ -23,6 +24,8 @@ from service.oip import router as oip_router
 from service.registry import Service
 from service.routes import router
 from service.settings import Settings
+from service.tokenize import router as tokenize_router
+from service.tracing import Tracing
 from service.ui import mount_ui
 from service.worker_group import WorkerGroup
 from service.zero_shot import router as zero_shot_router
@@ -60,6 +63,10 @@ async def release_memory(every_s: float) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     service = Service(settings)
+    # None unless configured: the response cache (service.cache) and OpenTelemetry traces
+    # (service.tracing), which routes.answer and the entry point read
+    service.response_cache = ResponseCache.from_settings(settings, service.metrics)
+    service.tracing = Tracing.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -78,6 +85,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 # a session load runs in a thread and cannot be interrupted; wait for it
                 await asyncio.wait({loader}, timeout=settings.shutdown_timeout_s)
             await service.shutdown()
+            if service.tracing is not None:  # export the spans still buffered
+                await asyncio.to_thread(service.tracing.shutdown)
 
     app = FastAPI(
         title="attserve",
@@ -91,10 +100,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # and third-party code on our origin. Off unless ATTSERVE_DOCS=true.
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,
-        # FastAPI's native OpenTelemetry: off unless ATTSERVE_OPENTELEMETRY=true, since even with
-        # no provider configured it looks the three providers up on every request.
-        telemetry={"tracing": settings.opentelemetry, "metrics": settings.opentelemetry,
-                   "logs": settings.opentelemetry},
+        # FastAPI's native OpenTelemetry metrics and logs: off unless ATTSERVE_OPENTELEMETRY=true,
+        # since even with no provider configured it looks the providers up on every request.
+        # Never its spans: traces are service.tracing's (ATTSERVE_OTLP_ENDPOINT), which see the
+        # hot path's requests too, and one server span per request is what a trace should hold.
+        telemetry={"tracing": False, "metrics": settings.opentelemetry, "logs": settings.opentelemetry},
     )
     app.state.service = service
     app.state.worker_group = WorkerGroup.from_environment()  # None unless run by service.workers
@@ -102,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(zero_shot_router)  # an entailment composition, no task of its own
     app.include_router(oip_router)
+    app.include_router(tokenize_router)
     if settings.ui:
         mount_ui(app)
     # Outermost first: the entry (metrics, the task endpoints' hot path) also sees the 400s of

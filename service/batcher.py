@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from service import tracing
 from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown, set_by
 from service.metrics import Metrics
 from service.runtime import BatchOutput, Item, ModelRuntime, padded_shape
@@ -66,7 +67,7 @@ class _Request:
     items have gone into batches, and `finished` of them are back."""
 
     __slots__ = ("inputs", "batch", "explain", "future", "enqueued", "deadline", "items", "max_shape", "truncated",
-                 "unknown_share", "tokens", "taken", "finished", "parts", "queue_s", "inference_s")
+                 "unknown_share", "tokens", "taken", "finished", "parts", "queue_s", "inference_s", "trace")
 
     def __init__(self, inputs: Sequence[Any], batch: bool, explain: bool, future: asyncio.Future, enqueued: float,
                  deadline: float) -> None:
@@ -80,6 +81,7 @@ class _Request:
         self.taken = self.finished = 0
         self.parts: list[tuple[int, BatchOutput, int, int]] = []
         self.queue_s = self.inference_s = 0.0
+        self.trace = tracing.enqueued()  # the request's trace (service.tracing); None unless traced
 
     def where(self, i: int) -> str:
         """Input i's place in the request, for an error message ("inputs[3]")."""
@@ -295,6 +297,7 @@ class Batcher:
         self._depth.set(self._count)
         if not live:
             return
+        tokenize_began = time.time_ns()  # for traced requests' tokenize spans
         try:
             encoded = await loop.run_in_executor(self._executor, self._encode, live)
         except Exception as exc:
@@ -327,6 +330,8 @@ class Batcher:
             request.truncated = [e.truncated for e in mine]
             request.unknown_share = [e.unknown_share for e in mine]
             request.tokens = [e.tokens for e in mine]
+            if request.trace is not None:
+                request.trace.tokenized(tokenize_began)
             self._queue.append(request)
         self._depth.set(self._count)
 
@@ -367,6 +372,9 @@ class Batcher:
         self._batch_size.observe(len(items))
         self._batch_tokens.observe(tokens)
         self._graph_calls.inc(calls)
+        traced = [request.trace for request, _, _ in live if request.trace is not None]
+        if traced:  # the batch's span, linked to each traced request's
+            tracing.batch_ran(traced, self.name, len(items), inference_s)
         row = 0
         for request, first, count in live:
             request.parts.append((first, output, row, count))

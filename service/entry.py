@@ -34,6 +34,7 @@ from core.tasks import TASKS
 from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.errors import ServiceError, error_response, service_error_response, set_by, validation_error_response
 from service.registry import Service
+from service import tokenize as tokenize_endpoint
 from service import zero_shot
 from service.routes import TASK_BODIES, answer
 
@@ -45,6 +46,7 @@ OFFLOAD_BODY_BYTES = 64 << 10
 ENDPOINTS = {task.endpoint: task.label for task in TASKS.values()}
 # zero-shot runs entailment models under its own label; no hot path (the full stack answers it)
 ENDPOINTS[zero_shot.ENDPOINT] = zero_shot.LABEL
+ENDPOINTS[tokenize_endpoint.ENDPOINT] = tokenize_endpoint.LABEL  # no hot path either
 # Open Inference Protocol inference (service.oip): one `endpoint` label for every model
 _V2_INFER = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 
@@ -226,6 +228,9 @@ class ServiceEntry:
         state.setdefault("attserve_arrival", asyncio.get_running_loop().time())
         status: int | None = None
         disconnected = False
+        # the request's server span, the task's current trace until it ends (None: off or unsampled)
+        tracing = self.service.tracing  # service.tracing.Tracing; None unless ATTSERVE_OTLP_ENDPOINT is set
+        trace = tracing.begin(scope, endpoint) if tracing is not None else None
 
         async def receive_watched() -> Message:
             nonlocal disconnected
@@ -256,6 +261,8 @@ class ServiceEntry:
             model = state.get("attserve_model", "")
             self.metrics.series(self.metrics.requests, endpoint, model, str(status)).inc()
             self.metrics.series(self.metrics.request_duration, endpoint, model).observe(time.perf_counter() - start)
+            if trace is not None:
+                trace.end(status, model)
 
     async def _hot(self, task: _Task, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await self.body.read(scope, receive, send)

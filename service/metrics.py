@@ -76,6 +76,22 @@ class Metrics:
             "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
             ["model", "reason"], registry=r,
         )
+        # the response cache (service.cache; ATTSERVE_RESPONSE_CACHE_BYTES)
+        self.response_cache_hits = Counter(
+            "attserve_response_cache_hits", "Answers served from the response cache.", ["model"], registry=r,
+        )
+        self.response_cache_misses = Counter(
+            "attserve_response_cache_misses", "Requests the response cache did not hold (they ran).", ["model"],
+            registry=r,
+        )
+        self.response_cache_evictions = Counter(
+            "attserve_response_cache_evictions", "Answers dropped from the response cache to make room (LRU).",
+            ["model"], registry=r,
+        )
+        self.response_cache_bytes = Gauge(
+            "attserve_response_cache_bytes", "Bytes the response cache holds (answers, keys and overhead).",
+            registry=r, multiprocess_mode="livesum",
+        )
 
     def series(self, metric, *values: str):
         """`metric.labels(*values)` (label values in the metric's label order), cached per metric

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from typing import Any, Sequence, Union
 
 from fastapi import APIRouter, Request, Response
@@ -23,7 +24,9 @@ from pydantic import TypeAdapter
 from starlette.types import Receive
 
 from core.tasks import TASK_OF_LABEL, TASKS, Task
+from service import tracing
 from service.answer_size import explanation_floor
+from service.cache import CACHE_HEADER
 from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, set_by
 from service.metrics import render as render_metrics
 from service.registry import ModelEntry, Service
@@ -83,6 +86,21 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
     task = TASK_OF_LABEL[endpoint].name
     entry = service.resolve(body.model, task)
+    trace = tracing.current()
+    if trace is not None:
+        trace.resolved(entry)
+    cache, key = service.response_cache, None  # service.cache; None when off
+    if cache is not None:
+        key = cache.key(entry, endpoint, body)
+        hit = cache.get(key)
+        if hit is not None:
+            state["attserve_model"] = entry.name
+            content, headers = hit[0], {**hit[1], CACHE_HEADER: "hit"}
+            if trace is not None:
+                trace.cache = "hit"
+            if ignored := body.ignored_fields():
+                headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
+            return content, headers
     batch = "inputs" in type(body).model_fields  # a class lookup: hasattr on a model raises inside pydantic
     results, headers = await run(service, state, receive, entry, body.inputs if batch else [body], endpoint, batch,
                                  explain=body.explain)
@@ -96,6 +114,7 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
     # pydantic's JSON writer: the same JSON as json.dumps (shortest round-trip floats, UTF-8) at
     # a quarter of its cost
+    serialising = time.time_ns() if trace is not None else 0
     document = answer_of(body, results) if answer_of is not None else {"results": results} if batch else results[0]
     # an answer with explanations can take milliseconds to write (up to max_answer_bytes): off
     # the event loop; the others are a few hundred bytes an input
@@ -105,6 +124,13 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     if len(content) > limit:
         raise AnswerTooLarge(f"the answer is {len(content)} bytes, over {limit} {set_by('max_answer_bytes')}; "
                              "send fewer inputs per request" + (" or fewer with \"explain\": true" if body.explain else ""))
+    if trace is not None:
+        trace.serialised(serialising)
+    if cache is not None:  # a 200 answer: errors were raised above
+        cache.put(key, content, headers)
+        headers[CACHE_HEADER] = "miss"
+        if trace is not None:
+            trace.cache = "miss"
     return content, headers
 
 

@@ -137,10 +137,21 @@ class _Settings(BaseSettings):
     docs: bool = False
     # /ui, the explanation page (static files from the package, no CDN, strict CSP)
     ui: bool = True
-    # FastAPI's native OpenTelemetry (server spans, HTTP metrics, error logs) to the providers
-    # this process configures (FASTAPI_OTEL_AUTO_CONFIGURE and OTEL_* for exporters). Off: the
-    # service's metrics are Prometheus', and the hook costs a provider lookup per request.
+    # FastAPI's native OpenTelemetry HTTP metrics and error logs to the providers this process
+    # configures (FASTAPI_OTEL_AUTO_CONFIGURE and OTEL_* for exporters); never its spans: traces
+    # are otlp_endpoint's (one way to trace). Off: the service's metrics are Prometheus', and
+    # the hook costs a provider lookup per request.
     opentelemetry: bool = False
+    # Traces of the inference endpoints and /tokenize (service.tracing), sent by OTLP/HTTP to
+    # this collector URL (http://collector:4318; /v1/traces is added unless it ends so). None:
+    # off, at no cost per request (docs/performance.md).
+    otlp_endpoint: str | None = None
+    otlp_service_name: str = "attserve"
+    # share of the traces that start here that are kept; a caller's traceparent decides for its own
+    trace_sample_ratio: float = Field(1.0, ge=0, le=1)
+    # The response cache (service.cache): at most this many bytes of answers, least recently used
+    # out first; 0: off. Per process (each worker has its own).
+    response_cache_bytes: int = Field(0, ge=0)
 
     # API keys: with any set, every route but the health checks (and /metrics, unless
     # metrics_require_key) answers 401 without `Authorization: Bearer <one of them>`
@@ -217,6 +228,16 @@ class _Settings(BaseSettings):
                 raise ValueError(f"api_keys_file {self.api_keys_file} holds no key (one per line)")
             self.api_keys = [*self.api_keys, *_checked_keys(keys, str(self.api_keys_file))]
         return self
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():  # set but empty (a compose default): off
+            return None
+        if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value.strip()):
+            raise ValueError("otlp_endpoint: an http:// or https:// URL of an OTLP/HTTP collector "
+                             "(http://collector:4318)")
+        return value.strip()
 
     @field_validator("log_level")
     @classmethod

@@ -71,7 +71,7 @@ def test_schema_covers_every_endpoint(live_server):
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
         f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer")}
     assert set(paths) == {"/classify", "/entailment", "/verify", "/rerank", "/health/live", "/health/ready", "/v1/models",
-                          "/metrics"} | v2
+                          "/metrics", "/tokenize"} | v2
 
 
 # --- targeted cases -------------------------------------------------------------------------
@@ -121,6 +121,14 @@ CASES = [
     # over ATTSERVE_MAX_TEXT_CHARS (100,000): refused before tokenizing
     ("1 MB text", "/classify", {"text": MEGABYTE_TEXT, "model": "topic"}, 422, "invalid_input"),
     ("longest accepted text", "/classify", {"text": MEGABYTE_TEXT[:100_000], "model": "topic"}, 200, None),
+    # /tokenize takes the task endpoints' bodies, with their refusals
+    ("tokenize: no task's fields", "/tokenize", {"inputs": {"premise": "a"}}, 422, "invalid_input"),
+    ("tokenize: body is a list", "/tokenize", [{"text": "a"}], 422, "invalid_input"),
+    ("tokenize: model is a number", "/tokenize", {"text": "a", "model": 7}, 422, "invalid_input"),
+    ("tokenize: lone surrogate", "/tokenize", b'{"text": "abc \\ud800 def"}', 422, "invalid_input"),
+    ("tokenize: 1 MB text", "/tokenize", {"text": MEGABYTE_TEXT, "model": "topic"}, 422, "invalid_input"),
+    ("tokenize: 10,000 evidence items", "/tokenize", {"claim": "paris", "evidence": ["paris"] * 10_000},
+     422, "too_many_evidence"),
 ]
 
 

@@ -166,12 +166,16 @@ def test_api_keys_and_hosts_are_checked_before_the_hot_path(service_bundles, mon
 
 
 def test_fastapis_opentelemetry_hook_follows_the_setting(service_bundles, monkeypatch):
-    """Off by default: FastAPI then looks up no OpenTelemetry provider per request."""
-    from opentelemetry import trace
+    """Off by default: FastAPI then looks up no OpenTelemetry provider per request. On, its
+    metrics and logs only: traces are service.tracing's (ATTSERVE_OTLP_ENDPOINT), so FastAPI
+    never looks its tracer provider up."""
+    from opentelemetry import metrics, trace
 
     lookups: list[int] = []
-    real = trace.get_tracer_provider
-    monkeypatch.setattr(trace, "get_tracer_provider", lambda: lookups.append(1) or real())
+    tracer_lookups: list[int] = []
+    real, real_tracer = metrics.get_meter_provider, trace.get_tracer_provider
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: lookups.append(1) or real())
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: tracer_lookups.append(1) or real_tracer())
 
     async def scenario(settings):
         async with running_app(settings) as (app, client):
@@ -182,4 +186,4 @@ def test_fastapis_opentelemetry_hook_follows_the_setting(service_bundles, monkey
     asyncio.run(scenario(Settings(model_repository=service_bundles, max_batch_delay_ms=1)))
     assert lookups == []
     asyncio.run(scenario(Settings(model_repository=service_bundles, max_batch_delay_ms=1, opentelemetry=True)))
-    assert len(lookups) >= 4
+    assert len(lookups) >= 4 and tracer_lookups == []

@@ -1,0 +1,100 @@
+"""The response cache (issue 54): a task endpoint's answer, kept in memory and served again to
+the same request for the same load of the same model, as Triton's response cache does.
+
+Off unless ATTSERVE_RESPONSE_CACHE_BYTES is set (> 0). Then:
+
+- **The key** is the resolved model's name, version and `load_id` (service.registry: unique
+  to each load of a bundle in this process, so an answer of one load, or of one version, is
+  never served by another: a reload, which makes a new load, starts from an empty cache for
+  that model), the endpoint, and the request normalized: the validated body's JSON without
+  `model` (the model is in the key as resolved, so `"model": "x"` and no model share answers
+  where x is the default), every field that changes the answer included with its default
+  (inputs, explain, truncate, raw_scores, return_text, ...), in the schema's field order. An
+  unknown field is dropped by validation and so is not in the key: it does not change the
+  answer (its X-Attserve-Ignored-Fields header is made per request).
+- **Only 200 answers** are stored: `answer` stores what it returns, and an error raises
+  before that.
+- **Bounded in bytes**: each entry costs its key, its answer and ENTRY_OVERHEAD_BYTES; the
+  least recently used entries go first (`attserve_response_cache_evictions_total`); an answer
+  larger than the whole budget is not stored.
+- Answers carry `x-cache: hit` or `x-cache: miss`; the counters are
+  `attserve_response_cache_{hits,misses,evictions}_total{model}` and the gauge
+  `attserve_response_cache_bytes`.
+
+Everything runs on the event loop (no lock): a lookup is a dict access and a move to the end.
+Per process: with ATTSERVE_WORKERS each worker has its own cache.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.metrics import Metrics
+    from service.registry import ModelEntry
+    from service.settings import Settings
+
+# what an entry costs beyond its key and answer bytes: the OrderedDict's node, the key tuple and
+# the two bytes objects' headers (sys.getsizeof of an empty bytes is 33; measured ~250 a tuple key)
+ENTRY_OVERHEAD_BYTES = 256
+CACHE_HEADER = "x-cache"
+# request fields that are not part of the key: the model as named (the key has it as resolved)
+NOT_KEYED = {"model", "version"}
+# headers of an answer that belong to the request that ran it, not to the answer: not stored
+PER_REQUEST_HEADERS = frozenset({"x-queue-time", "x-inference-time", "x-attserve-ignored-fields", CACHE_HEADER})
+
+
+class ResponseCache:
+    def __init__(self, max_bytes: int, metrics: "Metrics") -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        # key -> (answer, its headers but the timings and the ignored fields, which are per request)
+        self._entries: OrderedDict[tuple, tuple[bytes, dict[str, str]]] = OrderedDict()
+        self._metrics = metrics
+        self._size = metrics.response_cache_bytes
+
+    @classmethod
+    def from_settings(cls, settings: "Settings", metrics: "Metrics") -> "ResponseCache | None":
+        return cls(settings.response_cache_bytes, metrics) if settings.response_cache_bytes > 0 else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(entry: "ModelEntry", endpoint: str, body: Any) -> tuple:
+        """The key of `body` (a validated request body) answered by `entry` at `endpoint`."""
+        return (entry.name, getattr(entry, "version", None) or (entry.config.version if entry.config else ""),
+                entry.load_id, endpoint, body.model_dump_json(exclude=NOT_KEYED))
+
+    def get(self, key: tuple) -> tuple[bytes, dict[str, str]] | None:
+        """The answer stored under `key` and its headers (now the most recently used), None on
+        a miss; counted."""
+        stored = self._entries.get(key)
+        if stored is None:
+            self._metrics.series(self._metrics.response_cache_misses, key[0]).inc()
+            return None
+        self._entries.move_to_end(key)
+        self._metrics.series(self._metrics.response_cache_hits, key[0]).inc()
+        return stored
+
+    @staticmethod
+    def cost(key: tuple, content: bytes) -> int:
+        return len(key[4]) + len(key[3]) + len(key[0]) + len(content) + ENTRY_OVERHEAD_BYTES
+
+    def put(self, key: tuple, content: bytes, headers: dict[str, str]) -> None:
+        """Store a 200 answer and its headers (less PER_REQUEST_HEADERS), evicting the least
+        recently used until it fits."""
+        cost = self.cost(key, content)
+        if cost > self.max_bytes:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:  # two requests missed at once and both ran: keep the newer
+            self.bytes -= self.cost(key, old[0])
+        while self.bytes + cost > self.max_bytes:
+            evicted_key, (evicted, _) = self._entries.popitem(last=False)
+            self.bytes -= self.cost(evicted_key, evicted)
+            self._metrics.series(self._metrics.response_cache_evictions, evicted_key[0]).inc()
+        self._entries[key] = (content, {k: v for k, v in headers.items() if k.lower() not in PER_REQUEST_HEADERS})
+        self.bytes += cost
+        self._size.set(self.bytes)
