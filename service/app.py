@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import hashlib
 import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
@@ -20,8 +21,10 @@ from service.cache import ResponseCache
 from service.entry import BodyLimitMiddleware, ServiceEntry
 from service.errors import install_error_handlers
 from service.metrics import watch_event_loop
+from service.model_control import ModelControl
 from service.oip import router as oip_router
 from service.registry import Service
+from service.repository_api import router as repository_router
 from service.routes import router
 from service.settings import Settings
 from service.tokenize import router as tokenize_router
@@ -73,6 +76,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not service.discovered:  # `attserve serve` discovers before uvicorn starts
             service.discover()
         loader = asyncio.create_task(service.load_all(), name="load-models")
+
+        async def control_after_load() -> None:
+            await loader
+            await control.run()
+
+        controller = asyncio.create_task(control_after_load(), name="model-control")
         trimmer = asyncio.create_task(release_memory(settings.memory_trim_s), name="release-memory")
         lag = asyncio.create_task(watch_event_loop(service.metrics), name="event-loop-lag")
         try:
@@ -80,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             trimmer.cancel()
             lag.cancel()
+            controller.cancel()
             service.begin_drain()
             if not loader.done():
                 # a session load runs in a thread and cannot be interrupted; wait for it
@@ -108,9 +118,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.service = service
     app.state.worker_group = WorkerGroup.from_environment()  # None unless run by service.workers
+    control = ModelControl(service, app.state.worker_group)
+    service.pick = control.pick
+    app.state.model_control = control
+    app.state.control_key_digests = [hashlib.sha256(k.get_secret_value().encode()).digest()
+                                     for k in settings.control_api_keys]
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(zero_shot_router)  # an entailment composition, no task of its own
+    if settings.model_control_mode != "none":
+        app.include_router(repository_router)  # before the protocol's /v2/models routes
     app.include_router(oip_router)
     app.include_router(tokenize_router)
     if settings.ui:

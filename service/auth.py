@@ -39,11 +39,17 @@ def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
+# the model repository API (service.repository_api): with control keys set, checked there
+# against them instead
+REPOSITORY_API = "/v2/repository/"
+
+
 class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.digests = [_digest(k.get_secret_value().encode()) for k in settings.api_keys]
         self.open_paths = open_paths(settings)
+        self.own_keys_prefix = REPOSITORY_API if settings.control_api_keys else None
 
     def authorized(self, scope: Scope) -> bool | None:
         """True for a known key, False for another token, None for no bearer token."""
@@ -61,7 +67,8 @@ class ApiKeyMiddleware:
         return matched
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        if scope["type"] != "http" or scope["path"] in self.open_paths or (
+                self.own_keys_prefix is not None and scope["path"].startswith(self.own_keys_prefix)):
             await self.app(scope, receive, send)
             return
         verdict = self.authorized(scope)

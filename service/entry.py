@@ -259,8 +259,13 @@ class ServiceEntry:
                 # no answer sent: the client left (nginx's 499), else the app failed (500)
                 status = CLIENT_CLOSED if disconnected else 500
             model = state.get("attserve_model", "")
+            elapsed = time.perf_counter() - start
             self.metrics.series(self.metrics.requests, endpoint, model, str(status)).inc()
-            self.metrics.series(self.metrics.request_duration, endpoint, model).observe(time.perf_counter() - start)
+            self.metrics.series(self.metrics.request_duration, endpoint, model).observe(elapsed)
+            version = state.get("attserve_model_version")
+            if version is not None:
+                self.metrics.series(self.metrics.version_requests, endpoint, model, version, str(status)).inc()
+                self.metrics.series(self.metrics.version_request_duration, model, version).observe(elapsed)
             if trace is not None:
                 trace.end(status, model)
 

@@ -305,9 +305,9 @@ def _describe(err: dict, path: str) -> str:
         if field in ("inputs", *FIELDS.get(path, ())) and "[" not in where:
             return (f"{where}: not expected here: send either one input or a batch under \"inputs\", "
                     f"not both: {example}")
-        if field in ("model", "explain", "truncate") and "[" in where:
+        if field in ("model", "version", "explain", "truncate") and "[" in where:
             return f"{where}: not expected inside an input: \"{field}\" goes at the top level, once per request"
-        known = (*FIELDS.get(path, ()), "inputs", "model", "explain", "truncate")
+        known = (*FIELDS.get(path, ()), "inputs", "model", "version", "explain", "truncate")
         guess = close_field(field, known)
         if guess is not None:
             return (f"{where}: unknown field; did you mean {guess!r}? (other unknown fields are ignored, "

@@ -67,6 +67,19 @@ class Metrics:
         self.inputs = Counter(
             "attserve_inputs", "Inputs (items) accepted for inference.", ["endpoint", "model"], registry=r,
         )
+        self.load_failures = Counter(
+            "attserve_model_load_failures", "Bundles that failed to load while serving (model control): the "
+            "version that served before serves on.", ["model"], registry=r,
+        )
+        self.version_requests = Counter(
+            "attserve_version_requests", "Requests to the inference endpoints by the model version that "
+            "answered (compare a canary with the default), by status code.",
+            ["endpoint", "model", "version", "status"], registry=r,
+        )
+        self.version_request_duration = Histogram(
+            "attserve_version_request_duration_seconds", "Time from request arrival to response, by model version.",
+            ["model", "version"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
         self.event_loop_lag = Histogram(
             "attserve_event_loop_lag_seconds", "How late the event loop ran a timer set every "
             f"{LOOP_LAG_INTERVAL_S} s: the time a request, probe or timer waited behind other work on the loop.",

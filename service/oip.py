@@ -49,7 +49,7 @@ from core.tasks import TASKS
 from service.engine import Engine
 from service.entry import OFFLOAD_BODY_BYTES
 from service.errors import InvalidInput, ServiceError, UnsupportedMediaType, excerpt
-from service.registry import ModelEntry, Service
+from service.registry import ModelEntry, Service, version_order
 from service.routes import run_inputs
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
@@ -176,14 +176,20 @@ def _service(request: Request) -> Service:
 
 
 def _entry(request: Request, name: str, version: str | None, ready: bool = True) -> ModelEntry:
-    entry = _service(request).models.get(name)
+    """The model `name` (its newest ready version, or `version`); 404 for an unknown one."""
+    service = _service(request)
+    entry = service.models.get(name)
     if entry is None or entry.config is None:
         raise ModelNotFound(f"unknown model {excerpt(name)}")
-    if version is not None and version != entry.config.version:
-        raise ModelNotFound(f"model {name!r} has version {entry.config.version!r}, not {excerpt(version)}")
+    if version is not None:
+        versions = service.versions.get(name, {})
+        if version not in versions:
+            raise ModelNotFound(f"model {name!r} has versions {sorted(versions, key=version_order)}, "
+                                f"not {excerpt(version)}")
+        entry = versions[version]
     if ready:
         # resolve() gives the task API's checks (still loading, failed) and statuses
-        return _service(request).resolve(name, entry.config.task)
+        return service.resolve(name, entry.config.task, version)
     return entry
 
 
@@ -200,7 +206,7 @@ def _metadata(entry: ModelEntry) -> dict:
     shapes = {"label": ("BYTES", [-1]), "scores": ("FP32", [-1, len(config.labels)]),
               "truncated": ("BOOL", [-1]), task.per_text: ("FP32", [-1, -1])}
     outputs = [{"name": n, "datatype": shapes[n][0], "shape": shapes[n][1]} for n in output_names(config.task)]
-    return {"name": entry.name, "versions": [config.version], "platform": "onnxruntime_onnx",
+    return {"name": entry.name, "versions": [entry.version], "platform": "onnxruntime_onnx",
             "inputs": inputs, "outputs": outputs,
             "parameters": {"task": config.task, "labels": list(config.labels), "architecture": config.architecture}}
 
@@ -467,7 +473,7 @@ def _respond(entry: ModelEntry, req: _InferRequest, results: list[dict], k: int,
         else:
             entry_json["data"] = value if datatype == "BYTES" else value.reshape(-1).tolist()
         outputs.append(entry_json)
-    answer: dict[str, Any] = {"model_name": entry.name, "model_version": config.version, "outputs": outputs}
+    answer: dict[str, Any] = {"model_name": entry.name, "model_version": entry.version, "outputs": outputs}
     if req.id is not None:
         answer["id"] = req.id
     head = json.dumps(answer, separators=(",", ":")).encode()

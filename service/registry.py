@@ -67,8 +67,67 @@ def recorded_test_accuracy(config: BundleConfig | None) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+def version_order(version: str) -> tuple:
+    """Sort key of version labels, oldest first: numbered versions (Triton's folders) by number,
+    after them any other label (a bundle's own `version`) by text."""
+    return (0, int(version), "") if version.isdigit() else (1, 0, version)
+
+
+def fingerprint(path: Path) -> tuple:
+    """What says a bundle's files changed: each file's name, size and modification time."""
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+    except OSError:
+        return ()
+
+
+@dataclass(frozen=True)
+class BundleOnDisk:
+    """One version of a model as the repository holds it: a directory with a config.json
+    (`<repository>/<dir>/config.json`, its version the config's `version`) or a numbered
+    sub-directory (`<repository>/<dir>/<N>/config.json`, version "N", as Triton lays them out)."""
+
+    path: Path
+    folder_version: str | None  # the sub-directory's number; None for a bundle at the top
+    config: BundleConfig | None
+    error: str | None  # its config.json could not be read
+    fingerprint: tuple
+
+    @property
+    def name(self) -> str:
+        return self.config.name if self.config is not None else self.path.name if self.folder_version is None \
+            else self.path.parent.name
+
+    @property
+    def version(self) -> str:
+        if self.folder_version is not None:
+            return self.folder_version
+        return (self.config.version if self.config is not None else "") or "1"
+
+
+def bundles_on_disk(repository: Path) -> list[BundleOnDisk]:
+    """Every bundle of one repository: each non-hidden sub-directory with a config.json, or
+    with numbered sub-directories that have one (export stages its work in hidden directories)."""
+    out = []
+    for top in sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (top / CONFIG_FILE).is_file():
+            places = [(top, None)]
+        else:
+            numbered = [p for p in top.iterdir() if p.is_dir() and p.name.isdigit() and (p / CONFIG_FILE).is_file()]
+            places = [(p, p.name) for p in sorted(numbered, key=lambda p: int(p.name))]
+        for path, folder_version in places:
+            try:
+                config, error = read_config(path / CONFIG_FILE), None
+            except BundleError as exc:
+                config, error = None, str(exc)
+            out.append(BundleOnDisk(path, folder_version, config, error, fingerprint(path)))
+    return out
+
+
 @dataclass
 class ModelEntry:
+    """One version of a model: its bundle, and once loaded its runtime and engine."""
+
     name: str
     path: Path
     config: BundleConfig | None = None
@@ -80,10 +139,24 @@ class ModelEntry:
     # unique to each load of a bundle in this process (set with `engine`): what a cached answer
     # is keyed on, so an answer of one load is never served by another
     load_id: int = 0
+    # the version label (BundleOnDisk.version) and the files it was loaded from
+    version: str = ""
+    fingerprint: tuple = ()
+    # why the last reload of this version failed, while this load keeps serving (model control)
+    reason: str | None = None
+    # taken out of service (service.model_control): a request that resolved it before goes to
+    # `replaced_by`, the new load of the same version, if there is one
+    retired: bool = False
+    replaced_by: "ModelEntry | None" = None
 
     @property
     def task(self) -> str | None:
         return self.config.task if self.config else None
+
+    @property
+    def state(self) -> str:
+        """The repository index's state (Triton's names)."""
+        return {"ready": "READY", "loading": "LOADING"}.get(self.status, "UNAVAILABLE")
 
 
 class Service:
@@ -93,9 +166,15 @@ class Service:
         self.settings = settings
         self.metrics = Metrics()
         self.providers = requested_providers(settings.device)  # DEVICE=cuda without CUDA fails here
+        # name -> version -> entry: every version of every model
+        self.versions: dict[str, dict[str, ModelEntry]] = {}
+        # name -> the version a request that names none runs on (`publish`)
         self.models: dict[str, ModelEntry] = {}
         self.discovered = False
         self.loaded = False
+        # the entry a request naming no version runs on, given the default (a canary's share:
+        # service.model_control); None: the default
+        self.pick: Callable[[str, ModelEntry], ModelEntry] | None = None
         # set when a bundle failed to load and partial start-up is not allowed; `attserve serve`
         # stops the server through on_fatal and exits non-zero
         self.fatal: str | None = None
@@ -112,12 +191,12 @@ class Service:
         return [Path(p) for p in self.settings.model_repository]
 
     def discover(self) -> None:
-        """Every non-hidden sub-directory with a config.json, in each repository, is a bundle
-        (export stages its work in hidden directories beside the target).
+        """Every bundle of every repository (`bundles_on_disk`): each version of each model.
 
         Raises StartupError when a repository is missing or holds no bundle, when an
         allow-listed model does not exist (the message lists those that do), or, unless
-        `allow_partial_start`, when a bundle's config.json is invalid or its name taken."""
+        `allow_partial_start`, when a bundle's config.json is invalid or its name and version
+        taken."""
         self.discovered = True
         problems: list[str] = []
         allow = set(self.settings.models) if self.settings.models else None
@@ -127,25 +206,28 @@ class Service:
                 log.error("model repository not found", extra={"path": str(repo)})
                 problems.append(f"model repository {repo} is not a directory")
                 continue
-            for path in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                if not (path / CONFIG_FILE).is_file():
+            for bundle in bundles_on_disk(repo):
+                found.append(bundle.name)
+                if allow is not None and bundle.name not in allow:
                     continue
-                try:
-                    config = read_config(path / CONFIG_FILE)
-                except BundleError as exc:
-                    found.append(path.name)
-                    if allow is None or path.name in allow:
-                        self._fail(ModelEntry(path.name, path), str(exc))
+                entry = ModelEntry(bundle.name, bundle.path, bundle.config, version=bundle.version,
+                                   fingerprint=bundle.fingerprint)
+                if bundle.config is None:
+                    self._fail(entry, bundle.error or "unreadable config.json")
                     continue
-                found.append(config.name)
-                if allow is not None and config.name not in allow:
+                taken = self.versions.get(bundle.name, {})
+                if bundle.version in taken:
+                    entry.name = f"{bundle.name}@{bundle.path.parent.name}/{bundle.path.name}"
+                    self._fail(entry, f"{bundle.path / CONFIG_FILE}: model name {bundle.name!r} version "
+                                      f"{bundle.version!r} already used by {taken[bundle.version].path}")
                     continue
-                entry = ModelEntry(config.name, path, config)
-                if config.name in self.models:
-                    self._fail(ModelEntry(f"{config.name}@{path.parent.name}/{path.name}", path, config),
-                               f"{path / CONFIG_FILE}: model name {config.name!r} already used by {self.models[config.name].path}")
+                other_task = next((e.task for e in taken.values() if e.task not in (None, bundle.config.task)), None)
+                if other_task is not None:
+                    self._fail(entry, f"{bundle.path / CONFIG_FILE}: model {bundle.name!r} does {other_task} in its "
+                                      f"other versions, this one {bundle.config.task}")
                     continue
-                self.models[config.name] = entry
+                self.versions.setdefault(bundle.name, {})[bundle.version] = entry
+        self.publish()
         where = ", ".join(str(r) for r in self.repositories)
         missing = sorted((allow or set()) - set(self.models))
         if missing:
@@ -166,7 +248,7 @@ class Service:
         if not self.models:
             log.error("no models to serve", extra={"path": where})
         # a typo or an empty repository always stops start-up; a broken bundle unless allowed
-        broken = [e for e in self.models.values() if e.status == "failed"]
+        broken = [e for e in self.all_entries() if e.status == "failed"]
         if broken and not problems and not self.settings.allow_partial_start:
             raise StartupError("cannot start: " + "; ".join(e.error or e.name for e in broken) +
                                " (set ATTSERVE_ALLOW_PARTIAL_START=true to serve the healthy bundles anyway)")
@@ -177,48 +259,51 @@ class Service:
             if name is not None and sum(1 for e in self.models.values() if e.task == task) > 1:
                 log.info("default model", extra={"task": task, "model": name, "reason": reason})
 
+    def all_entries(self) -> list[ModelEntry]:
+        """Every version of every model."""
+        return [e for versions in self.versions.values() for e in versions.values()]
+
+    def version_index(self, name: str) -> list[dict]:
+        """Each version of model `name`, oldest first: its state, why it is not ready (or why
+        its last reload failed while it serves on), and whether it is the default."""
+        default = self.models.get(name)
+        return [{"version": e.version, "state": e.state, "reason": e.reason or e.public_error or "",
+                 "default": e is default}
+                for e in sorted(self.versions.get(name, {}).values(), key=lambda e: version_order(e.version))]
+
+    def publish(self) -> None:
+        """Recompute `models`, what requests naming no version run on: each model's newest ready
+        version, else its newest (a request then hears that it is loading or failed). Replaced
+        whole, so a request reads either the old mapping or the new one."""
+        published = {}
+        for name, versions in self.versions.items():
+            if not versions:
+                continue
+            ordered = sorted(versions.values(), key=lambda e: version_order(e.version), reverse=True)
+            published[name] = next((e for e in ordered if e.status == "ready"), ordered[0])
+        self.models = published
+
     def _fail(self, entry: ModelEntry, message: str) -> None:
         entry.status, entry.error = "failed", message
         entry.public_error = public_message(message, self.repositories)
-        self.models[entry.name] = entry
-        log.error("model failed to load", extra={"model": entry.name, "error": message})
+        self.versions.setdefault(entry.name, {})[entry.version] = entry
+        self.publish()
+        log.error("model failed to load", extra={"model": entry.name, "version": entry.version, "error": message})
 
     async def load_all(self) -> None:
-        pending = [e for e in self.models.values() if e.status == "loading"]
+        pending = [e for e in self.all_entries() if e.status == "loading"]
         threads = self.settings.threads_per_model(len(pending))
         for entry in pending:
-            try:
-                entry.runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads,
-                                                        self.settings.cuda_provider_options())
-                seconds = await asyncio.to_thread(warm_up, entry.runtime, self.settings)
-            except (BundleError, DeviceUnavailable) as exc:
-                self._fail(entry, str(exc))
-                continue
-            except Exception as exc:  # a broken graph may fail at warm-up with onnxruntime's own errors
-                self._fail(entry, f"{entry.path}: {type(exc).__name__}: {exc}")
-                continue
-            entry.engine = Engine(entry.runtime, self.settings, self.metrics)
-            entry.load_id = next(_LOAD_IDS)
-            entry.engine.start()
-            entry.status = "ready"
-            c = entry.config
-            self.metrics.model_info.labels(
-                model=entry.name, task=c.task, architecture=c.architecture, version=c.version,
-                provider=entry.runtime.provider,
-            ).set(1)
-            log.info("model ready", extra={
-                "model": entry.name, "task": c.task, "architecture": c.architecture, "version": c.version,
-                "provider": entry.runtime.provider, "provider_options": entry.runtime.provider_options,
-                "intra_op_threads": threads, "warmup_s": round(seconds, 3),
-                "warmup_shapes": entry.runtime.warmup_report["shapes"], "batch_grid": entry.runtime.batch_sizes,
-                "call_overhead_tokens": round(entry.runtime.call_overhead_tokens, 1),
-            })
+            error = await self.load_entry(entry, threads)
+            if error is not None:
+                self._fail(entry, error)
+            self.publish()  # each model serves as soon as it is warm
         self.loaded = True
-        failed = sorted(n for n, e in self.models.items() if e.status == "failed")
+        failed = [e for e in self.all_entries() if e.status == "failed"]
         if failed and not self.settings.allow_partial_start:
-            self.fatal = "cannot start: " + "; ".join(self.models[n].error or n for n in failed) + \
+            self.fatal = "cannot start: " + "; ".join(e.error or e.name for e in failed) + \
                 " (set ATTSERVE_ALLOW_PARTIAL_START=true to serve the healthy bundles anyway)"
-            log.error("start-up failed", extra={"failed": failed})
+            log.error("start-up failed", extra={"failed": sorted({e.name for e in failed})})
             if self.on_fatal is not None:
                 self.on_fatal(self.fatal)
         # Everything alive now (modules, sessions, tokenizers, the app) lives as long as the
@@ -229,6 +314,39 @@ class Service:
         log.info("service ready" if self.ready else "service not ready",
                  extra={"models": {n: e.status for n, e in self.models.items()},
                         "gc_frozen_objects": gc.get_freeze_count()})
+
+    async def load_entry(self, entry: ModelEntry, threads: int | None = None) -> str | None:
+        """Load `entry`'s session, warm it up over every shape it can be run at, and start its
+        engine: it is then ready to take traffic (`publish` makes it the default). The error
+        instead, when it cannot be loaded; `entry` is left as it was."""
+        if threads is None:
+            threads = self.settings.threads_per_model(1)
+        try:
+            runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads,
+                                              self.settings.cuda_provider_options())
+            seconds = await asyncio.to_thread(warm_up, runtime, self.settings)
+        except (BundleError, DeviceUnavailable) as exc:
+            return str(exc)
+        except Exception as exc:  # a broken graph may fail at warm-up with onnxruntime's own errors
+            return f"{entry.path}: {type(exc).__name__}: {exc}"
+        entry.runtime = runtime
+        entry.engine = Engine(entry.runtime, self.settings, self.metrics)
+        entry.load_id = next(_LOAD_IDS)
+        entry.engine.start()
+        entry.status = "ready"
+        c = entry.config
+        self.metrics.model_info.labels(
+            model=entry.name, task=c.task, architecture=c.architecture, version=c.version,
+            provider=entry.runtime.provider,
+        ).set(1)
+        log.info("model ready", extra={
+            "model": entry.name, "version": entry.version, "task": c.task, "architecture": c.architecture,
+            "provider": entry.runtime.provider, "provider_options": entry.runtime.provider_options,
+            "intra_op_threads": threads, "warmup_s": round(seconds, 3),
+            "warmup_shapes": entry.runtime.warmup_report["shapes"], "batch_grid": entry.runtime.batch_sizes,
+            "call_overhead_tokens": round(entry.runtime.call_overhead_tokens, 1),
+        })
+        return None
 
     @property
     def ready(self) -> bool:
@@ -265,9 +383,10 @@ class Service:
     def default_name(self, task: str) -> str | None:
         return self.default_choice(task)[0]
 
-    def resolve(self, name: str | None, task: str) -> ModelEntry:
-        """The model a request runs on; 422 for an unknown model or one of another task,
-        404 when no model of the task is served, 503 for one still loading or failed."""
+    def resolve(self, name: str | None, task: str, version: str | None = None) -> ModelEntry:
+        """The model a request runs on (the newest ready version, unless `version` names one);
+        422 for an unknown model, version or one of another task, 404 when no model of the
+        task is served, 503 for one still loading or failed."""
         if name is None:
             name = self.default_name(task)
             if name is None:
@@ -282,6 +401,13 @@ class Service:
             raise UnknownModel(f"unknown model {excerpt(name)}; {task} models: {known}")
         if entry.task is not None and entry.task != task:
             raise WrongTask(f"model {name!r} does {entry.task}, not {task}")
+        if version is not None:
+            entry = self.versions.get(name, {}).get(version)
+            if entry is None:
+                known = sorted(self.versions.get(name, {}), key=version_order)
+                raise UnknownModel(f"model {name!r} has no version {excerpt(version)}; its versions: {known}")
+        elif self.pick is not None:
+            entry = self.pick(name, entry)
         if entry.status != "ready":
             detail = f"model {name!r} failed to load" if entry.status == "failed" else f"model {name!r} is still loading"
             raise NotReady(detail, headers={"Retry-After": "5"})
@@ -303,6 +429,6 @@ class Service:
     async def shutdown(self) -> None:
         self.begin_drain()
         deadline = self._drain_started + self.settings.shutdown_timeout_s
-        engines = [e.engine for e in self.models.values() if e.engine is not None]
+        engines = [e.engine for e in self.all_entries() if e.engine is not None]
         await asyncio.gather(*(engine.drain(deadline - time.monotonic()) for engine in engines))
         log.info("stopped", extra={"drain_s": round(time.monotonic() - self._drain_started, 3)})

@@ -27,7 +27,7 @@ from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service import tracing
 from service.answer_size import explanation_floor
 from service.cache import CACHE_HEADER
-from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, set_by
+from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, set_by
 from service.metrics import render as render_metrics
 from service.registry import ModelEntry, Service
 from service.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
@@ -53,6 +53,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 ANSWER_JSON: TypeAdapter = TypeAdapter(Any)
 IGNORED_FIELDS_HEADER = "X-Attserve-Ignored-Fields"
+# the version of the model that produced the answer
+MODEL_VERSION_HEADER = "X-Attserve-Model-Version"
 MAX_IGNORED_LISTED = 10
 
 
@@ -85,7 +87,7 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
     task = TASK_OF_LABEL[endpoint].name
-    entry = service.resolve(body.model, task)
+    entry = service.resolve(body.model, task, body.version)
     trace = tracing.current()
     if trace is not None:
         trace.resolved(entry)
@@ -149,6 +151,7 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
     checks and the work."""
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
+    entry = current_load(entry)
     state["attserve_model"] = entry.name
     # The deadline runs from the request's arrival (stamped by service.http's protocol, else by
     # the entry point), so reading, parsing, tokenizing (in the batcher) and queueing a big body
@@ -157,11 +160,26 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
     deadline = state.get("attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
     if explain:
         await refuse_too_large_explanations(service, entry, inputs, batch)
+        entry = current_load(entry)  # reloaded meanwhile
+    state["attserve_model_version"] = entry.version
     pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
     service.metrics.series(service.metrics.inputs, endpoint, entry.name).inc(len(inputs))
     answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=lambda: wait_disconnect(receive))
-    headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}"}
+    headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}",
+               MODEL_VERSION_HEADER: entry.version}
     return answers.results, headers
+
+
+def current_load(entry: ModelEntry) -> ModelEntry:
+    """The load of `entry`'s version that serves now: `entry` itself, or, when it was reloaded
+    since the request resolved it (service.model_control), the load that replaced it; a version
+    unloaded meanwhile is 422 unknown_model."""
+    while entry.retired:
+        if entry.replaced_by is None:
+            raise UnknownModel(f"model {entry.name!r} version {entry.version!r} was unloaded while the request "
+                               "waited; send it again")
+        entry = entry.replaced_by
+    return entry
 
 
 def refuse_truncated(results: list[dict], batch: bool) -> None:
@@ -275,10 +293,11 @@ async def list_models(request: Request) -> Any:
                                default=default, default_reason=reason)
     out = []
     for name, e in sorted(service.models.items()):
-        info: dict[str, Any] = {"name": name, "status": e.status, "error": e.public_error}
+        info: dict[str, Any] = {"name": name, "status": e.status, "error": e.public_error,
+                                "versions": service.version_index(name)}
         if e.config is not None:
             c = e.config
-            info.update(task=c.task, architecture=c.architecture, version=c.version, description=c.description,
+            info.update(task=c.task, architecture=c.architecture, version=e.version, description=c.description,
                         labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
                         metrics=c.metrics, default=choices[c.task][0] == name,
                         default_reason=choices[c.task][1] if choices[c.task][0] == name else None,

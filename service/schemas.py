@@ -35,6 +35,8 @@ def _valid_text(text: str) -> str:
 Text = Annotated[str, AfterValidator(_valid_text)]
 Truncate = Annotated[bool, Field(description="cut each text to the model's max length (the answer says "
                                  "\"truncated\": true); false: a 422 for a text longer than it")]
+ModelVersion = Annotated[str | None, Field(description="the version of `model` to run (/v1/models lists them); "
+                                           "its newest ready version when omitted")]
 ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
 Explain = Annotated[bool, Field(description="also return the tokens as the model saw them and the attention it "
                                 "used (alignment between the texts, evidence shares, or token weights)")]
@@ -153,7 +155,8 @@ class RerankRequest(_Body):
     (`truncate` defaults to true here: these models read at most a few dozen tokens per text);
     `truncate: false` asks for a 422 instead, as TEI answers it."""
 
-    endpoint_fields = ("query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", "model")
+    endpoint_fields = ("query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", "model",
+                       "version")
     explain: ClassVar[bool] = False  # no attention is exposed for reranking
     query: Text
     texts: list[Text] = Field(min_length=1, description="the candidate texts; at most the model's max_evidence")
@@ -163,6 +166,7 @@ class RerankRequest(_Body):
     truncate: Truncate = True
     truncation_direction: Literal["Right", "right"] = Field("Right", description="texts are cut at the right only")
     model: ModelName = None
+    version: ModelVersion = None
 
 
 class Rank(BaseModel):
@@ -205,7 +209,7 @@ class TaskSchemas:
 
 # --- labelled tasks: generated from the registry -------------------------------------------------
 
-_REQUEST_FIELDS = ("inputs", "model", "explain", "truncate")
+_REQUEST_FIELDS = ("inputs", "model", "version", "explain", "truncate")
 
 
 def _described(description: str) -> dict[str, str]:
@@ -239,10 +243,11 @@ def labelled_schemas(task: Task) -> TaskSchemas:
     one = create_model(f"{prefix}Input", __base__=_Body, __module__=__name__, **texts)
     one.endpoint_fields = endpoint_fields
     single = create_model(f"{prefix}Request", __base__=one, __module__=__name__,
-                          model=(ModelName, None), explain=(Explain, False), truncate=(Truncate, True))
+                          model=(ModelName, None), version=(ModelVersion, None), explain=(Explain, False),
+                          truncate=(Truncate, True))
     batch = create_model(f"{prefix}BatchRequest", __base__=_Body, __module__=__name__,
-                         inputs=(list[one], Field(min_length=1)), model=(ModelName, None), explain=(Explain, False),
-                         truncate=(Truncate, True))
+                         inputs=(list[one], Field(min_length=1)), model=(ModelName, None),
+                         version=(ModelVersion, None), explain=(Explain, False), truncate=(Truncate, True))
     batch.endpoint_fields = endpoint_fields
     body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(_form)]
     if task.per_text is None:
@@ -276,6 +281,14 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+class VersionInfo(BaseModel):
+    version: str
+    state: Literal["READY", "LOADING", "UNAVAILABLE"] = Field(description="as the repository index says it "
+                                                             "(Triton's states)")
+    reason: str = Field("", description="why it is unavailable, or why its last reload failed while it serves on")
+    default: bool = Field(False, description="the version a request naming none runs on")
+
+
 class ModelInfo(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
 
@@ -283,7 +296,9 @@ class ModelInfo(BaseModel):
     status: Literal["loading", "ready", "failed"]
     task: str | None = None
     architecture: str | None = None
-    version: str | None = None
+    version: str | None = Field(None, description="the version this entry describes: the one a request naming "
+                                "none runs on")
+    versions: list[VersionInfo] = Field(default_factory=list, description="every version of the model, oldest first")
     description: str = ""
     labels: list[str] = Field(default_factory=list)
     provider: str | None = Field(None, description="onnxruntime execution provider actually running the model")

@@ -165,6 +165,22 @@ class _Settings(BaseSettings):
     # own name at this server's address still sends its own name.
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
 
+    # Models changed while serving (service.model_control, docs/model-control.md): none (the
+    # models found at start serve until the process ends), explicit (the Open Inference
+    # Protocol's repository API loads, unloads and reloads them), poll (the repository folder is
+    # watched every repository_poll_s: a new, changed or removed bundle is loaded, reloaded or
+    # unloaded by itself).
+    model_control_mode: Literal["none", "explicit", "poll"] = "none"
+    repository_poll_s: float = Field(5.0, gt=0)
+    # Keys of the repository API (POST /v2/repository/...): required when api_keys are set (a
+    # key that may classify may not change the models), like them comma-separated or a file.
+    control_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    control_api_keys_file: Path | None = None
+    # A share of the requests that name no version sent to another version of the model, to
+    # compare them before switching (metrics per version: attserve_version_requests_total):
+    # `name=version:share`, comma-separated (`fever-attconv=2:0.1`); the repository API changes it.
+    canary: Annotated[dict[str, tuple[str, float]], NoDecode] = Field(default_factory=dict)
+
     # how often freed memory is handed back to the OS (glibc malloc_trim; service.app); 0: never
     memory_trim_s: float = Field(10.0, ge=0)
 
@@ -202,7 +218,7 @@ class _Settings(BaseSettings):
             return paths
         return value
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "control_api_keys", mode="before")
     @classmethod
     def _split_api_keys(cls, value: object) -> object:
         if isinstance(value, (str, SecretStr)):
@@ -210,24 +226,53 @@ class _Settings(BaseSettings):
             return [k.strip() for k in raw.split(",") if k.strip()]
         return value
 
-    @field_validator("api_keys")
+    @field_validator("api_keys", "control_api_keys")
     @classmethod
-    def _check_api_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
+    def _check_api_keys(cls, keys: list[SecretStr], info) -> list[SecretStr]:
         # after the SecretStr conversion: an error shows the input as '**********'
-        return _checked_keys(keys, "ATTSERVE_API_KEYS")
+        return _checked_keys(keys, f"ATTSERVE_{info.field_name.upper()}")
 
     @model_validator(mode="after")
     def _read_api_keys_file(self) -> "_Settings":
-        if self.api_keys_file is not None:
+        for keys_field, file_field in (("api_keys", "api_keys_file"), ("control_api_keys", "control_api_keys_file")):
+            path = getattr(self, file_field)
+            if path is None:
+                continue
             try:
-                lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+                lines = path.read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError) as exc:
-                raise ValueError(f"api_keys_file {self.api_keys_file}: cannot read it ({type(exc).__name__})") from None
+                raise ValueError(f"{file_field} {path}: cannot read it ({type(exc).__name__})") from None
             keys = [SecretStr(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
             if not keys:
-                raise ValueError(f"api_keys_file {self.api_keys_file} holds no key (one per line)")
-            self.api_keys = [*self.api_keys, *_checked_keys(keys, str(self.api_keys_file))]
+                raise ValueError(f"{file_field} {path} holds no key (one per line)")
+            setattr(self, keys_field, [*getattr(self, keys_field), *_checked_keys(keys, str(path))])
+        if self.api_keys and self.model_control_mode == "explicit" and not self.control_api_keys:
+            raise ValueError("model_control_mode=explicit with api_keys set needs control_api_keys (or "
+                             "control_api_keys_file): the repository API takes keys of its own")
         return self
+
+    @field_validator("canary", mode="before")
+    @classmethod
+    def _parse_canary(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        out: dict[str, tuple[str, float]] = {}
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            name, _, rest = part.partition("=")
+            version, _, share = rest.rpartition(":")
+            try:
+                out[name.strip()] = (version.strip(), float(share))
+            except ValueError:
+                raise ValueError(f"canary: {part!r} is not name=version:share (fever-attconv=2:0.1)") from None
+        return out
+
+    @field_validator("canary")
+    @classmethod
+    def _check_canary(cls, value: dict[str, tuple[str, float]]) -> dict[str, tuple[str, float]]:
+        for name, (version, share) in value.items():
+            if not name or not version or not 0 <= share <= 1:
+                raise ValueError(f"canary: {name}={version}:{share}: a model, a version and a share in [0, 1]")
+        return value
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -33,8 +33,8 @@ def test_a_registered_labelled_task_takes_its_texts_model_and_explain(task):
     single, batch = forms(schemas.TASK_SCHEMAS[task.name].body)
     prefix = task.label.capitalize()
     assert (single.__name__, batch.__name__) == (f"{prefix}Request", f"{prefix}BatchRequest")
-    assert tuple(single.model_fields) == (*task.field_names, "model", "explain", "truncate")
-    assert tuple(batch.model_fields) == ("inputs", "model", "explain", "truncate")
+    assert tuple(single.model_fields) == (*task.field_names, "model", "version", "explain", "truncate")
+    assert tuple(batch.model_fields) == ("inputs", "model", "version", "explain", "truncate")
     one = {f.name: ["a text"] if f.many else "a text" for f in task.fields}
     body = TypeAdapter(schemas.TASK_SCHEMAS[task.name].body)
     assert type(body.validate_python(one)) is single
@@ -49,7 +49,7 @@ def test_a_registered_labelled_task_takes_its_texts_model_and_explain(task):
         assert properties[f.name].get("description", "") == f.description
     assert batch.model_json_schema()["properties"]["inputs"]["minItems"] == 1
     assert set(single.endpoint_fields) == set(batch.endpoint_fields) == {*task.field_names, "inputs", "model",
-                                                                          "explain", "truncate"}
+                                                                          "version", "explain", "truncate"}
 
 
 @pytest.mark.parametrize("task", LABELLED, ids=lambda t: t.name)
