@@ -106,7 +106,25 @@ def port_in_use(host: str, port: int) -> str | None:
 
 
 def check_repositories(settings) -> None:
-    """Discovery's start-up checks without loading anything (raises StartupError)."""
-    from service.registry import Service
+    """Discovery's start-up checks without loading anything (raises StartupError).
 
-    Service(settings).discover()
+    The Service it builds has metrics; with PROMETHEUS_MULTIPROC_DIR set they are
+    prometheus-client's multiprocess ones, and a metric without labels writes its file at once.
+    The workers' directory may not exist yet, and must hold only the workers' files (or
+    prepare_shared_dir refuses it as foreign), so the check's metrics go to a scratch directory."""
+    import os
+    import tempfile
+
+    from service.registry import Service
+    from service.worker_group import MULTIPROC_ENV
+
+    named = os.environ.get(MULTIPROC_ENV)
+    if named is None:
+        Service(settings).discover()
+        return
+    with tempfile.TemporaryDirectory(prefix="attserve-check-") as scratch:
+        os.environ[MULTIPROC_ENV] = scratch
+        try:
+            Service(settings).discover()
+        finally:
+            os.environ[MULTIPROC_ENV] = named
