@@ -210,3 +210,23 @@ def test_the_repository_api_needs_its_own_key_when_keys_are_set(versioned):
     assert verify_with_control.status_code == 401 and verify_with_task.status_code == 200
     with pytest.raises(ValueError, match="control_api_keys"):
         Settings(model_repository=versioned, model_control_mode="explicit", api_keys=task_key)
+
+
+def test_a_reload_frees_the_old_session_without_a_collector_pass(versioned):
+    import gc
+    import weakref
+
+    async def scenario():
+        async with running_app(settings(versioned, model_control_mode="explicit")) as (app, client):
+            old = app.state.service.versions["fever"]["1"]
+            session = weakref.ref(old.runtime)
+            del old
+            os.utime(versioned / "fever" / "1" / "config.json", (1, 2))
+            assert (await client.post("/v2/repository/models/fever/load")).status_code == 200
+            await asyncio.sleep(0.2)  # its drain
+            return session() is None
+    gc.disable()  # only reference counting may free it
+    try:
+        assert asyncio.run(scenario())
+    finally:
+        gc.enable()
