@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
+from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import quote
 
@@ -194,8 +195,9 @@ def _not_found(request: Request) -> tuple[str, dict[str, Any]]:
         # the protocol's error is one string: the /v2 endpoints go in it
         return f"no endpoint {where}; the Open Inference Protocol endpoints: " + \
             ", ".join(e for e in listed if " /v2" in e), {}
-    return (f"no endpoint {where}; the endpoints are listed in \"endpoints\" "
-            "(inference: POST /classify, POST /entailment, POST /verify)"), {"endpoints": listed}
+    inference = ", ".join(f"POST {path}" for path in ENDPOINT_BODIES)
+    return (f"no endpoint {where}; the endpoints are listed in \"endpoints\" (inference: {inference})"), \
+        {"endpoints": listed}
 
 
 def slash_twin(request: Request) -> str | None:
@@ -224,17 +226,33 @@ def _method_not_allowed(request: Request, headers: dict[str, str] | None) -> tup
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
-# What each endpoint takes, for "what to send instead".
-EXAMPLES = {
-    "/classify": '{"text": "..."} or {"inputs": [{"text": "..."}, ...]}',
-    "/entailment": '{"premise": "...", "hypothesis": "..."} or {"inputs": [{"premise": "...", "hypothesis": "..."}, ...]}',
-    "/verify": '{"claim": "...", "evidence": ["...", ...]} or {"inputs": [{"claim": "...", "evidence": ["..."]}, ...]}',
-    "/zero-shot": '{"text": "...", "candidate_labels": ["...", ...]}',  # service.zero_shot: no batch form
-}
-FIELDS = {
-    "/classify": ("text",), "/entailment": ("premise", "hypothesis"), "/verify": ("claim", "evidence"),
-    "/zero-shot": ("text", "candidate_labels", "hypothesis_template", "multi_label"),
-}
+@dataclass(frozen=True)
+class EndpointBody:
+    """What an endpoint's JSON body takes, as its error messages say it: an example of each
+    form (the "send ..." hint), the fields of one input, and every field the body takes
+    anywhere (the did-you-mean candidates). Registered by the module that defines the body
+    (service.schemas for the tasks of core.tasks, service.zero_shot), so no message lists a
+    field the endpoint does not take."""
+
+    example: str
+    input_fields: tuple[str, ...]
+    fields: tuple[str, ...]
+    batch: bool  # the body also takes `inputs`, a list of inputs
+
+    @property
+    def request_fields(self) -> tuple[str, ...]:
+        """The fields that go once per request, at the top level (model, explain, ...)."""
+        return tuple(f for f in self.fields if f not in self.input_fields and f != "inputs")
+
+
+# path -> its body, in registration order (the 404's list of inference endpoints)
+ENDPOINT_BODIES: dict[str, EndpointBody] = {}
+
+
+def register_body(path: str, body: EndpointBody) -> None:
+    ENDPOINT_BODIES[path] = body
+
+
 MAX_REPORTED = 3
 
 
@@ -283,7 +301,8 @@ def _describe(err: dict, path: str) -> str:
     kind = err.get("type", "")
     where = json_path(tuple(err.get("loc", ()))) or "body"
     got = _json_type(err.get("input"))
-    example = EXAMPLES.get(path, "a JSON object")
+    spec = ENDPOINT_BODIES.get(path)
+    example = spec.example if spec is not None else "a JSON object"
     # the field itself (a name of the body, uncut), for the checks below
     field = next((p for p in reversed(err.get("loc", ())) if isinstance(p, str) and p not in _NOT_FIELDS), "")
     if kind == "json_invalid":
@@ -302,13 +321,12 @@ def _describe(err: dict, path: str) -> str:
     if kind == "extra_forbidden":
         # unknown fields are ignored (service.schemas); what reaches here is a field of another
         # form or place, or a near miss of a field the endpoint takes
-        if field in ("inputs", *FIELDS.get(path, ())) and "[" not in where:
+        if spec is not None and spec.batch and field in ("inputs", *spec.input_fields) and "[" not in where:
             return (f"{where}: not expected here: send either one input or a batch under \"inputs\", "
                     f"not both: {example}")
-        if field in ("model", "version", "explain", "truncate") and "[" in where:
+        if spec is not None and field in spec.request_fields and "[" in where:
             return f"{where}: not expected inside an input: \"{field}\" goes at the top level, once per request"
-        known = (*FIELDS.get(path, ()), "inputs", "model", "version", "explain", "truncate")
-        guess = close_field(field, known)
+        guess = close_field(field, spec.fields) if spec is not None else None
         if guess is not None:
             return (f"{where}: unknown field; did you mean {guess!r}? (other unknown fields are ignored, "
                     f"a near miss of a field this endpoint takes is refused); send {example}")

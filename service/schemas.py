@@ -17,7 +17,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
                       model_validator)
 
 from core.tasks import TASKS, Task
-from service.errors import close_field
+from service.errors import EndpointBody, close_field, register_body
 
 
 def _valid_text(text: str) -> str:
@@ -250,6 +250,9 @@ def labelled_schemas(task: Task) -> TaskSchemas:
                          version=(ModelVersion, None), explain=(Explain, False), truncate=(Truncate, True))
     batch.endpoint_fields = endpoint_fields
     body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(_form)]
+    one_example = "{" + ", ".join(f'"{f.name}": ' + ('["...", ...]' if f.many else '"..."') for f in task.fields) + "}"
+    register_body(task.endpoint, EndpointBody(f'{one_example} or {{"inputs": [{one_example}, ...]}}',
+                                              task.field_names, endpoint_fields, batch=True))
     if task.per_text is None:
         return TaskSchemas(body, Prediction, BatchPredictions)
     prediction = create_model(f"{prefix}Prediction", __base__=Prediction, __module__=__name__,
@@ -267,6 +270,8 @@ EXTERNAL_CONTRACTS: dict[str, TaskSchemas] = {
 TASK_SCHEMAS: dict[str, TaskSchemas] = {
     name: EXTERNAL_CONTRACTS.get(name) or labelled_schemas(task) for name, task in TASKS.items()
 }
+register_body(TASKS["rerank"].endpoint, EndpointBody('{"query": "...", "texts": ["...", ...]}', ("query", "texts"),
+                                                     RerankRequest.endpoint_fields, batch=False))
 
 
 class ErrorDetail(BaseModel):

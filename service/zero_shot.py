@@ -40,7 +40,7 @@ from typing import Annotated, Any, ClassVar
 from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, BaseModel, Field
 
-from service.errors import InvalidInput, WrongTask, excerpt
+from service.errors import EndpointBody, InvalidInput, WrongTask, excerpt, register_body
 from service.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
 from service.schemas import ErrorBody, ModelName, Text, Truncate, _Body
 
@@ -90,6 +90,11 @@ class ZeroShotRequest(_Body):
                               "true: each label is scored on its own, entailment against contradiction")
     model: ModelName = None
     truncate: Truncate = True
+
+
+register_body("/zero-shot", EndpointBody('{"text": "...", "candidate_labels": ["...", ...]}',
+                                         ("text", "candidate_labels", "hypothesis_template", "multi_label"),
+                                         ZeroShotRequest.endpoint_fields, batch=False))
 
 
 class ZeroShotAnswer(BaseModel):

@@ -160,3 +160,28 @@ def test_the_limit_clause_names_real_settings():
     assert setting_env("request_timeout_ms") == "ATTSERVE_REQUEST_TIMEOUT_MS"
     with pytest.raises(KeyError):
         set_by("max_bodybytes")  # a typo in a message's setting fails at once, not in front of a client
+
+
+def test_each_endpoints_errors_name_the_fields_it_takes(service_bundles):
+    """The examples and did-you-mean candidates come from the bodies the endpoints validate
+    (service.errors.ENDPOINT_BODIES): /rerank's 422 offers TEI's fields, not `inputs`."""
+    from service.errors import ENDPOINT_BODIES
+    from service.schemas import RerankRequest
+
+    assert set(ENDPOINT_BODIES) >= {"/classify", "/entailment", "/verify", "/rerank"}
+    rerank = ENDPOINT_BODIES["/rerank"]
+    assert not rerank.batch and set(rerank.fields) == set(RerankRequest.endpoint_fields)
+
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles)) as (app, client):
+            return (await client.post("/rerank", json={"query": "q", "textz": ["a"]}),
+                    await client.post("/rerank", json={"query": "q", "texts": ["a"], "raw_score": True}),
+                    await client.post("/classify", json={"inputs": [{"text": "a", "version": "1"}]}),
+                    await client.get("/nothing"))
+    missing, near, misplaced, not_found = asyncio.run(scenario())
+    message = missing.json()["error"]["message"]
+    assert missing.status_code == 422 and '{"query": "...", "texts": ["...", ...]}' in message
+    assert "inputs" not in message and "explain" not in message
+    assert "did you mean 'raw_scores'" in near.json()["error"]["message"]
+    assert "goes at the top level" in misplaced.json()["error"]["message"]
+    assert "POST /rerank" in not_found.json()["error"]["message"]
