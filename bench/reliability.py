@@ -60,9 +60,8 @@ TEXT_FIELDS = {name: tuple(f.name for f in task.fields if not f.many) for name, 
 SCORE_TOLERANCE = 1e-5
 # uvicorn logs this when its graceful-shutdown timeout cancels requests still running.
 UVICORN_CANCELLED = "timeout graceful shutdown exceeded"
-# uvicorn re-raises the SIGTERM it handled once it has shut down gracefully, so the process
-# ends "killed by SIGTERM" (143 in a shell) by design; the "stopped" log line tells the drain ran.
-GRACEFUL_EXIT_CODES = (0, -signal.SIGTERM)
+# a drain after SIGTERM exits 0 (service.server.DrainingServer); the "stopped" log line tells it ran
+GRACEFUL_EXIT_CODES = (0,)
 ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
 
 
