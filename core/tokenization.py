@@ -308,6 +308,15 @@ def check_text(text: str, max_normalized_chars: int) -> TextCheck:
     return TextCheck(length, visible)
 
 
+def ascii_texts_pass(texts: Sequence[str], max_text_chars: int, max_total_chars: int) -> bool:
+    """Whether `check_text` would pass every text of `texts` within a shared budget, decided for
+    ASCII texts without a call a text: each ASCII (its own NFKC), at most `max_text_chars` long
+    and with a visible character, all together at most `max_total_chars`. False says only that
+    each text must be checked (and its error worded) one by one."""
+    return (all(map(str.isascii, texts)) and max(map(len, texts), default=0) <= max_text_chars
+            and sum(map(len, texts)) <= max_total_chars and all(map(_VISIBLE_ASCII.search, texts)))
+
+
 def _oov_range(tokenizer: Tokenizer) -> tuple[int, int]:
     """(first id, count) of the "[OOV<i>]" bucket tokens; (0, 0) when there are none."""
     first = tokenizer.token_to_id(oov_token(0))

@@ -11,18 +11,24 @@ SimpleNamespace built from protocol tensors): `text`; `premise`, `hypothesis`; `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import add, attrgetter
 from typing import Any, Sequence
 
 from core.encoding import encode_fields
-from core.tasks import TASKS
-from core.tokenization import TextTooLong, check_text
+from core.tasks import TASKS, Task
+from core.tokenization import TextTooLong, ascii_texts_pass, check_text
 from service.errors import InvalidInput, set_by
 from service.runtime import Item, ModelRuntime
 
 
 def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:
     """422 before tokenizing for a text over the length limits (before or after NFKC) or with
-    no visible character; the budget of normalized characters is shared by the request."""
+    no visible character; the budget of normalized characters is shared by the request. A
+    request of ASCII texts that passes is told in one step (core.tokenization.ascii_texts_pass);
+    the others are checked text by text, which also words the error."""
+    if ascii_texts_pass(all_texts(TASKS[task], inputs), min(max_text_chars, max_request_chars), max_request_chars):
+        return
     budget = max_request_chars
     for i, x in enumerate(inputs):
         prefix = f"inputs[{i}]." if batch else ""
@@ -46,7 +52,16 @@ def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: i
             budget -= check.normalized_length
 
 
-@dataclass(frozen=True)
+def all_texts(task: Task, inputs: Sequence[Any]) -> list[str]:
+    """Every text of `inputs`, field by field (a list field's texts flattened)."""
+    texts: list[str] = []
+    for f in task.fields:
+        values = map(attrgetter(f.name), inputs)
+        texts += chain.from_iterable(values) if f.many else values
+    return texts
+
+
+@dataclass(frozen=True, slots=True)
 class Encoded:
     """One input, encoded: its item, whether a text lost tokens to the max length, or why it
     cannot run (a text with no tokens after normalisation)."""
@@ -72,33 +87,37 @@ def token_ids(runtime: ModelRuntime, inputs: Sequence[Any],
     reads (every field) that are outside the vocabulary; one `encode_batch` per field over
     all the inputs."""
     config = runtime.config
-    wanted = list(explain) if explain is not None else [False] * len(inputs)
+    n = len(inputs)
+    wanted = list(explain) if explain is not None else [False] * n
     fields = encode_fields(runtime.encoder, TASKS[config.task], inputs, config.max_lengths, describe=wanted)
     per_field = [f.per_input() for f in fields]
-    truncated = [False] * len(inputs)
-    tokens: list[dict | None] = [{"tokens": {}, "cut_tokens": {}} if w else None for w in wanted]
-    unknown, total = [0] * len(inputs), [0] * len(inputs)
+    # per input, over its fields: tokens cut (an input lost tokens when the sum is above 0),
+    # unknown tokens, tokens read; a plain field's lists added element-wise in C
+    cut, unknown, total = [0] * n, [0] * n, [0] * n
     for f in fields:
-        encoded, name = f.encoded, f.field.name
+        encoded = f.encoded
         if f.field.many:  # one entry per text of the input
             lengths = encoded.lengths
             for i, (start, end) in enumerate(f.spans()):
-                truncated[i] |= any(encoded.cut[start:end])
+                cut[i] += sum(encoded.cut[start:end])
                 unknown[i] += sum(encoded.unknown[start:end])
                 total[i] += sum(lengths[start:end])
-                if tokens[i] is not None:
-                    tokens[i]["tokens"][name] = encoded.tokens[start:end]
-                    tokens[i]["cut_tokens"][name] = encoded.cut[start:end]
         else:
-            for i, cut in enumerate(encoded.cut):
-                truncated[i] |= cut > 0
-                unknown[i] += encoded.unknown[i]
-                total[i] += len(encoded.ids[i])
+            cut = list(map(add, cut, encoded.cut))
+            unknown = list(map(add, unknown, encoded.unknown))
+            total = list(map(add, total, map(len, encoded.ids)))
+    tokens: list[dict | None] = [None] * n
+    if any(wanted):
+        tokens = [{"tokens": {}, "cut_tokens": {}} if w else None for w in wanted]
+        for f in fields:
+            encoded, name = f.encoded, f.field.name
+            for i, (start, end) in enumerate(f.spans()):
                 if tokens[i] is not None:
-                    tokens[i]["tokens"][name] = encoded.tokens[i]
-                    tokens[i]["cut_tokens"][name] = cut
-    return [(tuple(column[i] for column in per_field), truncated[i], tokens[i], unknown_share(unknown[i], total[i]))
-            for i in range(len(inputs))]
+                    many = f.field.many
+                    tokens[i]["tokens"][name] = encoded.tokens[start:end] if many else encoded.tokens[i]
+                    tokens[i]["cut_tokens"][name] = encoded.cut[start:end] if many else encoded.cut[i]
+    return [(row, c > 0, t, unknown_share(u, all_)) for row, c, t, u, all_ in
+            zip(zip(*per_field), cut, tokens, unknown, total, strict=True)]
 
 
 def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool] | None = None) -> list[Encoded]:
@@ -106,10 +125,11 @@ def encode(runtime: ModelRuntime, inputs: Sequence[Any], explain: Sequence[bool]
     thread for everything that queued since its last batch); `explain[i]` adds input i's tokens."""
     out = []
     many = [f.many for f in TASKS[runtime.config.task].fields]
+    plain = not any(many)
+    make_item = runtime.make_item
     for row, truncated, tokens, share in token_ids(runtime, inputs, explain):
-        texts = [t for ids, is_list in zip(row, many) for t in (ids if is_list else [ids])]
-        if any(len(t) == 0 for t in texts):
+        if not all(row) if plain else any(not t for ids, is_list in zip(row, many) for t in (ids if is_list else [ids])):
             out.append(Encoded(None, truncated, "a text has no tokens after normalisation"))
         else:
-            out.append(Encoded(runtime.make_item(row), truncated, tokens=tokens, unknown_share=share))
+            out.append(Encoded(make_item(row), truncated, tokens=tokens, unknown_share=share))
     return out
