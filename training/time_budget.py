@@ -7,8 +7,9 @@ one) and the closing work (dev, test and out-of-domain metrics of the kept weigh
 checkpoint) still fit. When they do not, training ends there, the evaluation runs, and the best
 weights by dev so far are the checkpoint.
 
-Evaluation time is measured (examples per second of each dev pass); before the first one it is
-estimated from the training speed, conservatively.
+Evaluation time is measured (examples per second of each dev pass; the trainer times a random
+sample of dev before the first step); without any measurement it is estimated from the training
+speed, conservatively.
 """
 
 from __future__ import annotations

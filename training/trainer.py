@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 PARITY_EXAMPLES = 300  # dev examples stored with the checkpoint for export parity checks
 ENCODE_CHUNK = 2048  # examples per encode_examples call (bounds the padded array's size)
+# With a time budget: dev examples scored once before training, to time an evaluation pass
+# (a random sample: dev sorted by length would time only the shortest)
+EVAL_PROBE_EXAMPLES = 512
 
 
 def seed_everything(seed: int) -> None:
@@ -160,6 +163,13 @@ class EncodedExamples:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def subset(self, indices: Sequence[int]) -> "EncodedExamples":
+        """The examples at `indices`, in that order."""
+        rows = np.asarray(indices, dtype=np.int64)
+        optional = {name: None if array is None else array[rows]
+                    for name, array in (("evidence_targets", self.evidence_targets), ("bias_log_probs", self.bias_log_probs))}
+        return EncodedExamples(tuple([column[i] for i in rows] for column in self.columns), self.labels[rows], self.costs[rows], **optional)
 
     def batch(self, indices: Sequence[int], device: torch.device | str = "cpu") -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """(ids tensors in task order, labels) for the examples at `indices`, on `device`."""
@@ -900,6 +910,13 @@ def train(
     # what is left to do once the budget ends training: a dev evaluation of the weights since the
     # last one, then the kept weights' dev, test and out-of-domain metrics
     closing_examples = len(dev_data) + len(test_data) + ood_examples
+    if budget is not None and len(dev_data):
+        # its own generator: the torch and numpy draws of training stay as they are
+        probe = dev_data.subset(np.random.default_rng(cfg.seed).permutation(len(dev_data))[:EVAL_PROBE_EXAMPLES])
+        tick = time.perf_counter()
+        with autocast(target.type, amp_dtype):
+            predict_logits(network, probe, cfg.eval_batch_size)
+        budget.record_evaluation(len(probe), time.perf_counter() - tick)
 
     def out_of_time() -> bool:
         if budget is None:
