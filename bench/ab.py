@@ -61,8 +61,10 @@ def _arm(text: str) -> tuple[str, Path, str, str]:
     root, _, rest = rest.partition(":")
     bodies, _, app_name = rest.partition(":")
     app_name = app_name or "service"
-    if not label or not root or bodies not in ("single", "explain", "batch") or app_name not in APPS:
-        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch"
+    # a path ending in .jsonl: a body file of one's own (one input per request), as bench.response_cache writes
+    own_file = bodies.endswith(".jsonl")
+    if not label or not root or (bodies not in ("single", "explain", "batch") and not own_file) or app_name not in APPS:
+        raise typer.BadParameter(f"--arm {text!r}: expected LABEL=TREE:single|explain|batch|FILE.jsonl"
                                  f"[:service|minus-model|http-floor|naive-ort|raw-session]")
     if app_name == RAW_SESSION and bodies != "batch":
         raise typer.BadParameter(f"--arm {text!r}: the raw session runs the batch bodies only")
@@ -156,7 +158,7 @@ def main(
                                         intra_op_threads=1)
             spec.code_root = root
             spec.env.update(extra.get(label, {}))
-            body_file = work / "bodies" / f"{bodies}.jsonl"
+            body_file = Path(bodies) if bodies.endswith(".jsonl") else work / "bodies" / f"{bodies}.jsonl"
             with servers.Server(spec, SERVER_CPU, work / "logs") as server:
                 per_request = BATCH_INPUTS if bodies == "batch" else 1
                 loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1", per_request)

@@ -30,6 +30,7 @@ the spans are made when the request ends (`finish`), with those start and end ti
 
 from __future__ import annotations
 
+import random
 import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -74,11 +75,16 @@ class Tracing:
     """The tracer of one app: its own TracerProvider (not the process's global one, so apps
     in one process, such as tests, do not share spans), a sampler and a processor."""
 
-    def __init__(self, provider: "TracerProvider") -> None:
+    def __init__(self, provider: "TracerProvider", sample_ratio: float = 1.0) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
+        # the share of root traces kept, drawn here before the SDK is called: an unsampled
+        # request then costs one random number, where the SDK's own ratio sampler made a
+        # non-recording span (ids, sampler, context) for it (a quarter of the cost of tracing
+        # every request, at 0.1; docs/performance.md)
+        self.sample_ratio = sample_ratio
         self.tracer = provider.get_tracer("attserve")
         self._trace = trace
         self._propagator = TraceContextTextMapPropagator()
@@ -89,12 +95,14 @@ class Tracing:
         """Tracing into `processor` (tests: the SDK's SimpleSpanProcessor(InMemorySpanExporter()))."""
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample_ratio)),
+        # a caller's sampled flag decides for its trace (ParentBased); a root is kept or not
+        # by `begin`, at sample_ratio, so the SDK keeps every root it is asked for
+        provider = TracerProvider(sampler=ParentBased(ALWAYS_ON),
                                   resource=Resource.create({"service.name": service_name}), shutdown_on_exit=False)
         provider.add_span_processor(processor)
-        return cls(provider)
+        return cls(provider, sample_ratio)
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Tracing | None":
@@ -120,6 +128,8 @@ class Tracing:
         for name, value in scope.get("headers", ()):
             if name in (b"traceparent", b"tracestate"):
                 carrier[name.decode("latin-1")] = value.decode("latin-1")
+        if not carrier and self.sample_ratio < 1.0 and random.random() >= self.sample_ratio:
+            return None  # a root trace not kept
         parent = self._propagator.extract(carrier) if carrier else None
         method, path = scope.get("method", ""), scope.get("path", "")
         span = self.tracer.start_span(

@@ -107,6 +107,19 @@ def test_a_callers_traceparent_is_continued_and_sampling_follows_it(service_bund
     assert server.attributes["attserve.model"] == "topic"
 
 
+def test_a_share_of_root_traces_is_kept(service_bundles):
+    exporter = InMemorySpanExporter()
+
+    async def scenario():
+        async with traced_app(service_bundles, exporter, sample_ratio=0.5, max_batch_delay_ms=1) as (app, client):
+            for i in range(100):
+                assert (await client.post("/tokenize", json={"text": f"text {i}", "model": "topic"})).status_code == 200
+
+    asyncio.run(scenario())
+    kept = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
+    assert 25 <= len(kept) <= 75  # binomial(100, 0.5): 5 standard deviations either side
+
+
 def test_errors_and_tokenize_are_traced_with_their_status(service_bundles):
     exporter = InMemorySpanExporter()
 
