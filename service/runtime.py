@@ -542,12 +542,12 @@ class ModelRuntime:
         shapes = self.warmup_shapes(max_batch_size, max_batch_tokens)
         if self.batch_sizes is None:
             for size, item in shapes:
-                self.infer([item] * size)
+                self.run_call([item] * size)
             count = len({(self.rows(size), item.shape) for size, item in shapes})
         else:
             calls = self.grid_calls(max_batch_size, max_batch_tokens)
             for rows, shape in calls:
-                self.infer([self.item_of_shape(shape)] * rows)
+                self.run_call([self.item_of_shape(shape)] * rows)
             count = len(calls)
         self.call_overhead_tokens = (self.measure_call_overhead(shapes) if call_overhead_tokens is None
                                      else float(call_overhead_tokens))
@@ -564,7 +564,7 @@ class ModelRuntime:
             best = math.inf
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                self.infer(items)
+                self.run_call(items)
                 best = min(best, time.perf_counter() - t0)
             return best
 
