@@ -34,7 +34,7 @@ if [ "${1:-run}" = prepare ]; then
         "$PY" -m cli.main data pack recipes/gpu/fever-attconv-gpu.toml recipes/gpu/snli-attconv-gpu.toml \
             recipes/gpu/scitail-attconv-gpu.toml -o "$PACK" || exit 1
     fi
-    # the packages the GPU image lacks (docs: /work/.library/device/KINDS.md lists what it has),
+    # the packages the GPU image lacks (its package list, docs/models.md "Training on a lent GPU"),
     # at the versions the training venv runs, for its Python 3.12
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$WHEELS" \

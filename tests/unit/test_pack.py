@@ -164,3 +164,11 @@ def test_recipe_tables_survive_toml_writing():
     table = {"name": "x", "ship": False, "data": {"dataset": "fever"}, "limits": {"max_lengths": {"claim_ids": 40}, "max_evidence": 16},
              "train": {"lr": 1e-05, "init_labels": {"NOT ENOUGH INFO": "neutral"}, "note": 'quote " and é'}}
     assert tomllib.loads(toml_text(table)) == table
+
+
+def test_only_the_pack_subcommand_takes_an_output_directory(tmp_path):
+    refused = run("data", "snli", "-o", str(tmp_path / "out"))
+    assert refused.exit_code == 2 and "only `attserve data pack` writes to --out" in refused.output
+    no_out = run("data", "pack", "recipes/gpu/scitail-attconv-gpu.toml")
+    assert no_out.exit_code == 2 and "attserve data pack RECIPE.toml... -o DIR" in no_out.output
+    assert not (tmp_path / "out").exists()
