@@ -71,7 +71,7 @@ def test_schema_covers_every_endpoint(live_server):
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
         f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer")}
     assert set(paths) == {"/classify", "/entailment", "/verify", "/rerank", "/health/live", "/health/ready", "/v1/models",
-                          "/metrics", "/tokenize"} | v2
+                          "/metrics", "/tokenize", "/zero-shot"} | v2
 
 
 # --- targeted cases -------------------------------------------------------------------------
@@ -117,6 +117,10 @@ CASES = [
     ("unknown model, path-like", "/verify", {"claim": "a", "evidence": ["b"], "model": "../../etc/passwd"},
      422, "unknown_model"),
     ("model of another task", "/verify", {"claim": "a", "evidence": ["b"], "model": "topic"}, 422, "wrong_task"),
+    ("labels of numbers", "/zero-shot", {"text": "a", "candidate_labels": [1, 2]}, 422, "invalid_input"),
+    ("megabyte label", "/zero-shot", {"text": "a", "candidate_labels": ["x" * 1_000_000]}, 422, "invalid_input"),
+    ("template of braces only", "/zero-shot", {"text": "a", "candidate_labels": ["b"], "hypothesis_template": "{}{}"},
+     422, "invalid_input"),
     ("model is a number", "/classify", {"text": "a", "model": 7}, 422, "invalid_input"),
     # over ATTSERVE_MAX_TEXT_CHARS (100,000): refused before tokenizing
     ("1 MB text", "/classify", {"text": MEGABYTE_TEXT, "model": "topic"}, 422, "invalid_input"),
