@@ -46,13 +46,13 @@ from tokenizers import Tokenizer
 from models import TextClassifier, build_network
 from core.tasks import TASKS
 from core.tokenization import TextEncoder, pad_2d, pad_3d
+from training.acceleration import (autocast, autocast_dtype, batch_stream, compile_network, fused_optimizer, loader_workers,
+                                   uncompile_network)
 from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
 from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of
 from training.metrics import classification_metrics
 from training.pair_evaluation import RANKING_DATASETS, selection_metric, task_metrics
-from training.acceleration import (autocast, autocast_dtype, batch_stream, compile_network, fused_optimizer, loader_workers,
-                                   uncompile_network)
 from training.recipes import Recipe, TrainSection
 from training.time_budget import TimeBudget
 from training.tokenizer import build_tokenizer, save_tokenizer, trainable_rows
