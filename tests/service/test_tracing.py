@@ -10,6 +10,7 @@ import http.server
 import threading
 
 import pytest
+from pydantic import ValidationError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -136,8 +137,11 @@ def test_errors_and_tokenize_are_traced_with_their_status(service_bundles):
     assert tokenize.attributes["attserve.tokenize_ms"] >= 0
 
 
-def test_off_by_default():
+def test_off_by_default_and_the_endpoint_is_checked():
     assert Settings().otlp_endpoint is None and Tracing.from_settings(Settings()) is None
+    assert Settings(otlp_endpoint="  ").otlp_endpoint is None  # set but empty (a compose default): off
+    with pytest.raises(ValidationError, match="otlp_endpoint"):
+        Settings(otlp_endpoint="collector:4318")  # no scheme: refused at start-up, not at the first export
     assert traces_url("http://collector:4318") == traces_url("http://collector:4318/v1/traces/") == \
         "http://collector:4318/v1/traces"
 
