@@ -541,6 +541,7 @@ ROUTE_REQUESTS = {
     "/entailment": ("POST", "/entailment", {"premise": "a man sleeps", "hypothesis": "a man"}),
     "/verify": ("POST", "/verify", {"claim": "a dog runs", "evidence": ["a dog runs fast"]}),
     "/rerank": ("POST", "/rerank", {"query": "who runs", "texts": ["a dog runs fast"]}),
+    "/tokenize": ("POST", "/tokenize", {"text": "a fine day"}),
     "/": ("GET", "/", None), "/v1/models": ("GET", "/v1/models", None), "/metrics": ("GET", "/metrics", None),
     "/health/live": ("GET", "/health/live", None), "/health/ready": ("GET", "/health/ready", None),
     "/v2": ("GET", "/v2", None), "/v2/health/live": ("GET", "/v2/health/live", None),
