@@ -21,6 +21,14 @@ Off unless ATTSERVE_RESPONSE_CACHE_BYTES is set (> 0). Then:
   `attserve_response_cache_{hits,misses,evictions}_total{model}` and the gauge
   `attserve_response_cache_bytes`.
 
+A request whose body is byte for byte one answered before (the hot path's, service.entry) is
+answered before its body is even validated: the raw bytes are a second key (`raw_hit`), which
+remembers the model and version the body asked for and the load that answered; the model is
+resolved again, and only an answer of the load it resolves to now is served (else the request
+takes the normal path, misses and stores the new load's answer). Same bytes, same validation:
+nothing is skipped that could change the answer. Both kinds of entry share the LRU and the
+byte budget (a raw entry costs its body bytes and its answer's, though the answer is shared).
+
 Everything runs on the event loop (no lock): a lookup is a dict access and a move to the end.
 Per process: with ATTSERVE_WORKERS each worker has its own cache.
 """
@@ -29,6 +37,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
+
+from core.tasks import TASK_OF_LABEL
+from service import tracing
+from service.errors import ServiceError
 
 if TYPE_CHECKING:
     from service.metrics import Metrics
@@ -42,15 +54,20 @@ CACHE_HEADER = "x-cache"
 # request fields that are not part of the key: the model as named (the key has it as resolved)
 NOT_KEYED = {"model", "version"}
 # headers of an answer that belong to the request that ran it, not to the answer: not stored
-PER_REQUEST_HEADERS = frozenset({"x-queue-time", "x-inference-time", "x-attserve-ignored-fields", CACHE_HEADER})
+TIMING_HEADERS = frozenset({"x-queue-time", "x-inference-time", CACHE_HEADER})
+PER_REQUEST_HEADERS = TIMING_HEADERS | {"x-attserve-ignored-fields"}
+# the first item of a raw body's key (normalized keys start with the model's name, a string)
+RAW = None
 
 
 class ResponseCache:
     def __init__(self, max_bytes: int, metrics: "Metrics") -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        # key -> (answer, its headers but the timings and the ignored fields, which are per request)
-        self._entries: OrderedDict[tuple, tuple[bytes, dict[str, str]]] = OrderedDict()
+        # normalized key -> (answer, its headers but the timings and the ignored fields, which are
+        # per request); raw key (RAW, endpoint, body bytes) -> (answer, its headers but the
+        # timings, (name, version, load_id) of the load that answered, (model, version) asked for)
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._metrics = metrics
         self._size = metrics.response_cache_bytes
 
@@ -59,13 +76,14 @@ class ResponseCache:
         return cls(settings.response_cache_bytes, metrics) if settings.response_cache_bytes > 0 else None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """The answers stored (not counting their raw-body keys)."""
+        return sum(1 for key in self._entries if key[0] is not RAW)
 
     @staticmethod
     def key(entry: "ModelEntry", endpoint: str, body: Any) -> tuple:
         """The key of `body` (a validated request body) answered by `entry` at `endpoint`."""
-        return (entry.name, getattr(entry, "version", None) or (entry.config.version if entry.config else ""),
-                entry.load_id, endpoint, body.model_dump_json(exclude=NOT_KEYED))
+        return (entry.name, ResponseCache.version_of(entry), entry.load_id, endpoint,
+                body.model_dump_json(exclude=NOT_KEYED))
 
     def get(self, key: tuple) -> tuple[bytes, dict[str, str]] | None:
         """The answer stored under `key` and its headers (now the most recently used), None on
@@ -76,25 +94,63 @@ class ResponseCache:
             return None
         self._entries.move_to_end(key)
         self._metrics.series(self._metrics.response_cache_hits, key[0]).inc()
-        return stored
+        return stored[0], stored[1]
+
+    def raw_hit(self, service: Any, state: dict, endpoint: str, raw: bytes) -> tuple[bytes, dict[str, str]] | None:
+        """The answer and headers of a body byte for byte one answered before, when the model it
+        asks for resolves to the same load now; None otherwise (the caller takes the normal
+        path, which counts the miss). `service`: the registry's Service; `state`: the request's."""
+        key = (RAW, endpoint, raw)
+        stored = self._entries.get(key)
+        if stored is None or service.draining:
+            return None
+        content, headers, identity, (model, version) = stored
+        try:
+            task = TASK_OF_LABEL[endpoint].name
+            entry = service.resolve(model, task, version) if version is not None else service.resolve(model, task)
+        except ServiceError:
+            return None  # the normal path answers the error
+        if (entry.name, self.version_of(entry), entry.load_id) != identity:
+            return None  # another load answers now: the normal path misses and stores its answer
+        self._entries.move_to_end(key)
+        self._metrics.series(self._metrics.response_cache_hits, entry.name).inc()
+        state["attserve_model"] = entry.name
+        trace = tracing.current()
+        if trace is not None:
+            trace.resolved(entry)
+            trace.cache = "hit"
+        return content, {**headers, CACHE_HEADER: "hit"}
+
+    @staticmethod
+    def version_of(entry: "ModelEntry") -> str:
+        return getattr(entry, "version", None) or (entry.config.version if entry.config else "")
 
     @staticmethod
     def cost(key: tuple, content: bytes) -> int:
-        return len(key[4]) + len(key[3]) + len(key[0]) + len(content) + ENTRY_OVERHEAD_BYTES
+        return sum(len(part) for part in key if isinstance(part, (str, bytes))) + len(content) + ENTRY_OVERHEAD_BYTES
 
-    def put(self, key: tuple, content: bytes, headers: dict[str, str]) -> None:
-        """Store a 200 answer and its headers (less PER_REQUEST_HEADERS), evicting the least
-        recently used until it fits."""
-        cost = self.cost(key, content)
+    def put(self, key: tuple, content: bytes, headers: dict[str, str], raw: bytes | None = None,
+            requested: tuple[str | None, str | None] = (None, None)) -> None:
+        """Store a 200 answer and its headers (less PER_REQUEST_HEADERS), and with `raw` (the
+        body's bytes, from the hot path) a raw entry for byte-identical repeats, which asked for
+        model and version `requested`; the least recently used go until they fit."""
+        self._put(key, (content, {k: v for k, v in headers.items() if k.lower() not in PER_REQUEST_HEADERS}))
+        if raw is not None:
+            self._put((RAW, key[3], raw), (content, {k: v for k, v in headers.items() if k.lower() not in TIMING_HEADERS},
+                                           key[:3], requested))
+
+    def _put(self, key: tuple, value: tuple) -> None:
+        cost = self.cost(key, value[0])
         if cost > self.max_bytes:
             return
         old = self._entries.pop(key, None)
         if old is not None:  # two requests missed at once and both ran: keep the newer
             self.bytes -= self.cost(key, old[0])
         while self.bytes + cost > self.max_bytes:
-            evicted_key, (evicted, _) = self._entries.popitem(last=False)
-            self.bytes -= self.cost(evicted_key, evicted)
-            self._metrics.series(self._metrics.response_cache_evictions, evicted_key[0]).inc()
-        self._entries[key] = (content, {k: v for k, v in headers.items() if k.lower() not in PER_REQUEST_HEADERS})
+            evicted_key, evicted = self._entries.popitem(last=False)
+            self.bytes -= self.cost(evicted_key, evicted[0])
+            model = evicted_key[0] if evicted_key[0] is not RAW else evicted[2][0]
+            self._metrics.series(self._metrics.response_cache_evictions, model).inc()
+        self._entries[key] = value
         self.bytes += cost
         self._size.set(self.bytes)

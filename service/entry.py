@@ -273,6 +273,13 @@ class ServiceEntry:
         raw = await self.body.read(scope, receive, send)
         if raw is None:
             return  # answered (413, 408, 504, 503) or the client left
+        cache = self.service.response_cache  # service.cache; None when off
+        if cache is not None:
+            scope["state"]["attserve_raw_body"] = raw  # stored with the answer: a repeat of these bytes
+            hit = cache.raw_hit(self.service, scope["state"], task.label, raw)
+            if hit is not None:  # answered before validation (the same bytes validate the same)
+                await send_json(send, *hit)
+                return
         try:
             # parsing and validating a large body takes milliseconds: off the event loop
             body = await asyncio.to_thread(task.adapter.validate_json, raw) if len(raw) > OFFLOAD_BODY_BYTES \
@@ -292,7 +299,12 @@ class ServiceEntry:
             response = service_error_response(exc, scope["path"])
             await response(scope, receive, send)
             return
-        raw_headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-        raw_headers += [(b"content-length", str(len(content)).encode()), (b"content-type", JSON)]
-        await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": content})
+        await send_json(send, content, headers)
+
+
+async def send_json(send: Send, content: bytes, headers: dict[str, str]) -> None:
+    """A 200 JSON answer as two ASGI messages."""
+    raw_headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    raw_headers += [(b"content-length", str(len(content)).encode()), (b"content-type", JSON)]
+    await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": content})

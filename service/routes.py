@@ -129,7 +129,8 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     if trace is not None:
         trace.serialised(serialising)
     if cache is not None:  # a 200 answer: errors were raised above
-        cache.put(key, content, headers)
+        # the hot path's body bytes (service.entry): byte-identical repeats are answered before validation
+        cache.put(key, content, headers, state.get("attserve_raw_body"), (body.model, getattr(body, "version", None)))
         headers[CACHE_HEADER] = "miss"
         if trace is not None:
             trace.cache = "miss"

@@ -79,6 +79,30 @@ def test_a_repeated_request_is_a_hit_and_the_key_holds_every_field_that_changes_
         (("model", "sentiment"),): 6.0, (("model", "topic"),): 1.0}
 
 
+def test_a_byte_identical_repeat_is_answered_before_validation_with_its_own_headers(service_bundles, monkeypatch):
+    from pydantic import TypeAdapter
+
+    body = b'{"text": "i loved every minute of this book", "model": "sentiment", "lang": "en"}'
+    validated: list[int] = []
+    real = TypeAdapter.validate_json
+    monkeypatch.setattr(TypeAdapter, "validate_json", lambda self, *a, **k: validated.append(1) or real(self, *a, **k))
+
+    async def scenario():
+        async with running_app(cached_settings(service_bundles)) as (app, client):
+            post = lambda: client.post("/classify", content=body, headers={"content-type": "application/json"})  # noqa: E731
+            first = await post()
+            validations = len(validated)
+            again = await post()
+            return first, again, len(validated) - validations
+
+    first, again, validations = asyncio.run(scenario())
+    assert (first.headers["x-cache"], again.headers["x-cache"]) == ("miss", "hit")
+    assert validations == 0  # the same bytes validate the same: the repeat skipped it
+    assert again.content == first.content
+    assert again.headers["x-attserve-ignored-fields"] == "lang"
+    assert "x-inference-time" not in again.headers
+
+
 def test_the_cache_stays_within_its_bytes_and_evicts_the_least_recently_used():
     metrics = Metrics()
     entry = registry.ModelEntry("m", path=None, load_id=1)  # type: ignore[arg-type]
