@@ -48,8 +48,8 @@ SHORT_TEXT_CHARS = 2048
 # The text rules every bundle's tokenizer.json has (training.tokenizer): NFKC, literal string
 # replacements (the PTB bracket escapes), lower-casing; split at whitespace, each punctuation
 # character a token of its own; a word-level vocabulary. On an ASCII text NFKC changes nothing,
-# and the rest is what `str.replace`, `str.lower` and one regular expression do, exactly, for a
-# seventh of the library's cost a text (its Encoding objects dominate a short text). A text
+# and the rest is what `str.replace`, `str.lower` and one regular expression do, exactly, at a
+# fraction of what a call into the library costs a short text (docs/performance.md). A text
 # outside these terms (non-ASCII, longer than SHORT_TEXT_CHARS, an added token's first
 # character, a word outside the vocabulary where a replacement applies) goes to the library.
 # Rust's char::is_whitespace on ASCII (not \x1c-\x1f, which str.isspace and re's \s include).
@@ -347,8 +347,8 @@ def pad_3d(groups: Sequence[Sequence[Sequence[int]]], min_length: int = 1) -> np
     return out
 
 
-# From this many rows on, one scatter of all the ids beats a copy a row (measured: equal at 32
-# rows of SNLI's lengths; a row copy is cheaper below, the scatter's fixed cost dearer).
+# From this many rows on, one scatter of all the ids costs less than a copy a row; below, the
+# scatter's fixed cost is the larger (docs/performance.md, issue 57).
 SCATTER_ROWS = 32
 
 
