@@ -58,6 +58,9 @@ TIMING_HEADERS = frozenset({"x-queue-time", "x-inference-time", CACHE_HEADER})
 PER_REQUEST_HEADERS = TIMING_HEADERS | {"x-attserve-ignored-fields"}
 # the first item of a raw body's key (normalized keys start with the model's name, a string)
 RAW = None
+# routes.IGNORED_FIELDS_HEADER (not imported: routes imports this module)
+IGNORED_HEADER = "X-Attserve-Ignored-Fields"
+IGNORED_HEADER_LOWER = IGNORED_HEADER.lower()
 
 
 class ResponseCache:
@@ -65,8 +68,9 @@ class ResponseCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         # normalized key -> (answer, its headers but the timings and the ignored fields, which are
-        # per request); raw key (RAW, endpoint, body bytes) -> (answer, its headers but the
-        # timings, (name, version, load_id) of the load that answered, (model, version) asked for)
+        # per request, its cost); raw key (RAW, endpoint, body bytes) -> (the same three,
+        # (name, version, load_id) of the load that answered, (model, version) asked for, the
+        # ignored-fields header: the same bytes ignore the same fields)
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._metrics = metrics
         self._size = metrics.response_cache_bytes
@@ -104,7 +108,7 @@ class ResponseCache:
         stored = self._entries.get(key)
         if stored is None or service.draining:
             return None
-        content, headers, identity, (model, version) = stored
+        content, headers, _, identity, (model, version), ignored = stored
         try:
             task = TASK_OF_LABEL[endpoint].name
             entry = service.resolve(model, task, version) if version is not None else service.resolve(model, task)
@@ -119,7 +123,10 @@ class ResponseCache:
         if trace is not None:
             trace.resolved(entry)
             trace.cache = "hit"
-        return content, {**headers, CACHE_HEADER: "hit"}
+        answer_headers = {**headers, CACHE_HEADER: "hit"}
+        if ignored is not None:
+            answer_headers[IGNORED_HEADER] = ignored
+        return content, answer_headers
 
     @staticmethod
     def version_of(entry: "ModelEntry") -> str:
@@ -127,30 +134,41 @@ class ResponseCache:
 
     @staticmethod
     def cost(key: tuple, content: bytes) -> int:
+        """What an entry counts against the budget: its key's strings and bytes, its answer and
+        ENTRY_OVERHEAD_BYTES."""
         return sum(len(part) for part in key if isinstance(part, (str, bytes))) + len(content) + ENTRY_OVERHEAD_BYTES
 
     def put(self, key: tuple, content: bytes, headers: dict[str, str], raw: bytes | None = None,
             requested: tuple[str | None, str | None] = (None, None)) -> None:
         """Store a 200 answer and its headers (less PER_REQUEST_HEADERS), and with `raw` (the
         body's bytes, from the hot path) a raw entry for byte-identical repeats, which asked for
-        model and version `requested`; the least recently used go until they fit."""
-        self._put(key, (content, {k: v for k, v in headers.items() if k.lower() not in PER_REQUEST_HEADERS}))
+        model and version `requested`; the least recently used go until they fit. Each entry
+        keeps its cost, so an eviction does not count it again."""
+        stable: dict[str, str] = {}
+        ignored = None
+        for name, value in headers.items():
+            lowered = name.lower()
+            if lowered not in PER_REQUEST_HEADERS:
+                stable[name] = value
+            elif lowered == IGNORED_HEADER_LOWER:
+                ignored = value
+        self._put(key, (content, stable, self.cost(key, content)))
         if raw is not None:
-            self._put((RAW, key[3], raw), (content, {k: v for k, v in headers.items() if k.lower() not in TIMING_HEADERS},
-                                           key[:3], requested))
+            raw_key = (RAW, key[3], raw)
+            self._put(raw_key, (content, stable, self.cost(raw_key, content), key[:3], requested, ignored))
+        self._size.set(self.bytes)
 
     def _put(self, key: tuple, value: tuple) -> None:
-        cost = self.cost(key, value[0])
+        cost = value[2]
         if cost > self.max_bytes:
             return
         old = self._entries.pop(key, None)
         if old is not None:  # two requests missed at once and both ran: keep the newer
-            self.bytes -= self.cost(key, old[0])
+            self.bytes -= old[2]
         while self.bytes + cost > self.max_bytes:
             evicted_key, evicted = self._entries.popitem(last=False)
-            self.bytes -= self.cost(evicted_key, evicted[0])
-            model = evicted_key[0] if evicted_key[0] is not RAW else evicted[2][0]
+            self.bytes -= evicted[2]
+            model = evicted_key[0] if evicted_key[0] is not RAW else evicted[3][0]
             self._metrics.series(self._metrics.response_cache_evictions, model).inc()
         self._entries[key] = value
         self.bytes += cost
-        self._size.set(self.bytes)
