@@ -533,7 +533,7 @@ async def _score_file(input_path: Path, output: Path, bundle: Path, *, columns: 
     try:
         ahead: list[tuple[Chunk, asyncio.Task]] = []
 
-        async def write(chunk: Chunk, answers: list[dict | str]) -> None:
+        def write(chunk: Chunk, answers: list[dict | str]) -> None:
             nonlocal csv_writer, shown
             errors = list(chunk.extra_errors)
             good_rows, good_answers = [], []
@@ -603,15 +603,17 @@ async def _score_file(input_path: Path, output: Path, bundle: Path, *, columns: 
             if bar is not None:
                 bar.update(chunk.consumed)
 
-        for chunk in chunks:
+        # Reading, checking and writing run in a worker thread, one at a time: on the event loop
+        # they held up the engine's batching (writing a chunk is tens of milliseconds with its fsync)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
             good = [x for x in chunk.inputs if x is not None]
             ahead.append((chunk, asyncio.ensure_future(score_inputs(engine, good, batch_size))))
             while len(ahead) > CHUNKS_AHEAD:
                 done_chunk, fut = ahead.pop(0)
-                await write(done_chunk, await fut)
+                await asyncio.to_thread(write, done_chunk, await fut)
         while ahead:
             done_chunk, fut = ahead.pop(0)
-            await write(done_chunk, await fut)
+            await asyncio.to_thread(write, done_chunk, await fut)
         if fmt == "parquet":
             _join_parts(parts_dir, output, state["parts"])
         state["done"] = True
