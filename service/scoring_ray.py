@@ -10,7 +10,7 @@ behind the service's own engine (service.engine.Engine, on the actor's private e
 scores its blocks with service.scoring.score_inputs and service.scoring.RowChecker: the same
 checks, the same engine and the same answer columns as the local path, so the rows it writes
 equal `attserve score`'s (tests/service/test_scoring_ray.py, on 10,000 rows). Row order is kept
-(`preserve_order`). A row that cannot be scored is dropped and counted; Ray's blocks carry no
+(`preserve_order`). A row that cannot be scored is dropped with a warning (its reason) in the actor's log; Ray's blocks carry no
 line numbers, so the local path is the one that names them (run it on the rows Ray dropped).
 What it does not do: resume (Ray Data rewrites the whole output; split the input instead).
 """
