@@ -40,7 +40,12 @@ serve: $(VENV)/.serve
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
 
-test-slow: $(VENV)/.dev
+# the slow set also runs `attserve score --ray` on a local Ray cluster: the ray extra (~300 MB)
+$(VENV)/.ray: $(VENV)/.dev
+	$(BIN)/pip install -q -e '.[ray]'
+	touch $@
+
+test-slow: $(VENV)/.dev $(VENV)/.ray
 	$(BIN)/python -m pytest -q -m slow
 
 # Does the default suite catch the bugs that matter most? (tests/mutation_check.py, ~10 min)
