@@ -542,6 +542,7 @@ ROUTE_REQUESTS = {
     "/verify": ("POST", "/verify", {"claim": "a dog runs", "evidence": ["a dog runs fast"]}),
     "/rerank": ("POST", "/rerank", {"query": "who runs", "texts": ["a dog runs fast"]}),
     "/tokenize": ("POST", "/tokenize", {"text": "a fine day"}),
+    "/zero-shot": ("POST", "/zero-shot", {"text": "a fine day", "candidate_labels": ["weather", "sport"]}),
     "/": ("GET", "/", None), "/v1/models": ("GET", "/v1/models", None), "/metrics": ("GET", "/metrics", None),
     "/health/live": ("GET", "/health/live", None), "/health/ready": ("GET", "/health/ready", None),
     "/v2": ("GET", "/v2", None), "/v2/health/live": ("GET", "/v2/health/live", None),
