@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,8 +354,8 @@ async def score_inputs(engine: Any, inputs: Sequence[SimpleNamespace], batch_siz
             answers = await engine.submit(part, deadline=loop.time() + 86400.0, batch=True)
             return answers.results
         except ServiceError as exc:
-            if len(part) == 1:
-                return [exc.message]
+            if len(part) == 1:  # the row's own error, without the request's "inputs[0]"
+                return [re.sub(r"^inputs\[0\]\.?", "", exc.message).lstrip(": ")]
             out: list[dict | str] = []
             for x in part:
                 out += await one_request([x])
