@@ -74,6 +74,8 @@ class ResponseCache:
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._metrics = metrics
         self._size = metrics.response_cache_bytes
+        # (counter, model) -> its child, resolved once (labels() takes a lock and validates each call)
+        self._children: dict[tuple[Any, str], Any] = {}
 
     @classmethod
     def from_settings(cls, settings: "Settings", metrics: "Metrics") -> "ResponseCache | None":
@@ -94,11 +96,17 @@ class ResponseCache:
         a miss; counted."""
         stored = self._entries.get(key)
         if stored is None:
-            self._metrics.series(self._metrics.response_cache_misses, key[0]).inc()
+            self._count(self._metrics.response_cache_misses, key[0])
             return None
         self._entries.move_to_end(key)
-        self._metrics.series(self._metrics.response_cache_hits, key[0]).inc()
+        self._count(self._metrics.response_cache_hits, key[0])
         return stored[0], stored[1]
+
+    def _count(self, counter: Any, model: str) -> None:
+        child = self._children.get((counter, model))
+        if child is None:
+            child = self._children[(counter, model)] = counter.labels(model)
+        child.inc()
 
     def raw_hit(self, service: Any, state: dict, endpoint: str, raw: bytes) -> tuple[bytes, dict[str, str]] | None:
         """The answer and headers of a body byte for byte one answered before, when the model it
@@ -117,7 +125,7 @@ class ResponseCache:
         if (entry.name, self.version_of(entry), entry.load_id) != identity:
             return None  # another load answers now: the normal path misses and stores its answer
         self._entries.move_to_end(key)
-        self._metrics.series(self._metrics.response_cache_hits, entry.name).inc()
+        self._count(self._metrics.response_cache_hits, entry.name)
         state["attserve_model"] = entry.name
         trace = tracing.current()
         if trace is not None:
@@ -152,10 +160,11 @@ class ResponseCache:
                 stable[name] = value
             elif lowered == IGNORED_HEADER_LOWER:
                 ignored = value
-        self._put(key, (content, stable, self.cost(key, content)))
+        # the cost of `cost`, written out for the two key shapes (a miss pays it)
+        answer_cost = len(content) + ENTRY_OVERHEAD_BYTES + len(key[3])
+        self._put(key, (content, stable, answer_cost + len(key[0]) + len(key[1]) + len(key[4])))
         if raw is not None:
-            raw_key = (RAW, key[3], raw)
-            self._put(raw_key, (content, stable, self.cost(raw_key, content), key[:3], requested, ignored))
+            self._put((RAW, key[3], raw), (content, stable, answer_cost + len(raw), key[:3], requested, ignored))
         self._size.set(self.bytes)
 
     def _put(self, key: tuple, value: tuple) -> None:
@@ -168,7 +177,7 @@ class ResponseCache:
         while self.bytes + cost > self.max_bytes:
             evicted_key, evicted = self._entries.popitem(last=False)
             self.bytes -= evicted[2]
-            model = evicted_key[0] if evicted_key[0] is not RAW else evicted[3][0]
-            self._metrics.series(self._metrics.response_cache_evictions, model).inc()
+            self._count(self._metrics.response_cache_evictions,
+                        evicted_key[0] if evicted_key[0] is not RAW else evicted[3][0])
         self._entries[key] = value
         self.bytes += cost
