@@ -11,8 +11,10 @@
   the requests hit.
 
 wrk (one thread, bench/wrk.lua) sends a body file's lines in order, cycling, so which requests
-hit is fixed by the file and the cache's size; `expected_hit_shares` replays each arm's
-sequence through service.cache.ResponseCache with the answers' real sizes to say it.
+hit is fixed by the file and the cache's size; `expected_hit_share` replays each arm's
+sequence through service.cache.ResponseCache with the answers' real sizes to say it (answers
+only: on the hot path a miss also stores its raw body's entry, about doubling what an answer
+costs; the hot 50 still stay in 256 KiB, and 64 KiB still holds no cycle).
 
     python -m bench.response_cache --out bench/results/cache-54/ab.json
 """
