@@ -222,3 +222,18 @@ def test_a_run_killed_half_way_resumes_and_writes_each_row_once(service_bundles,
     score_file(source, whole, service_bundles / "nli", batch_size=8, chunk_rows=50, prefix="pred_", threads=1,
                progress_bar=False)
     assert written == read_output(whole)
+
+
+def test_the_command_refuses_in_one_line_with_exit_2(service_bundles, tmp_path):
+    source = tmp_path / "in.csv"
+    write_input(source, pair_rows(3))
+    for args, words in ((["--model", "nope"], "no model 'nope'"),
+                        (["--model", "nli", "--columns", "premise"], "expected FIELD=COLUMN"),
+                        (["--model", "nli", "--columns", "premise=sentence1"], "no column ['sentence1']"),
+                        (["--model", "nli", "-o", str(tmp_path / "out.parquet")], "the input's format")):
+        output = [] if "-o" in args else ["-o", str(tmp_path / "out.csv")]
+        done = subprocess.run([sys.executable, "-m", "cli.main", "score", str(source), *output,
+                               "--model-repository", str(service_bundles), *args],
+                              cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-500:])
+        assert not (tmp_path / "out.csv").exists()
