@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, create_model,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, Tag,
+                      create_model, model_validator)
 
 from core.tasks import TASKS, Task
 from service.errors import EndpointBody, close_field, register_body
@@ -33,12 +33,14 @@ def _valid_text(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_valid_text)]
-Truncate = Annotated[bool, Field(description="cut each text to the model's max length (the answer says "
+# booleans are JSON true/false only: pydantic would take 0, 1.0 or "yes", which the schema says
+# are no booleans (the fuzz test's negative-data check)
+Truncate = Annotated[StrictBool, Field(description="cut each text to the model's max length (the answer says "
                                  "\"truncated\": true); false: a 422 for a text longer than it")]
 ModelVersion = Annotated[str | None, Field(description="the version of `model` to run (/v1/models lists them); "
                                            "its newest ready version when omitted")]
 ModelName = Annotated[str | None, Field(description="bundle name; the task's default model when omitted")]
-Explain = Annotated[bool, Field(description="also return the tokens as the model saw them and the attention it "
+Explain = Annotated[StrictBool, Field(description="also return the tokens as the model saw them and the attention it "
                                 "used (alignment between the texts, evidence shares, or token weights)")]
 
 
@@ -160,9 +162,9 @@ class RerankRequest(_Body):
     explain: ClassVar[bool] = False  # no attention is exposed for reranking
     query: Text
     texts: list[Text] = Field(min_length=1, description="the candidate texts; at most the model's max_evidence")
-    raw_scores: bool = Field(False, description="true: each text's log-odds of relevance; false: its sigmoid, a "
+    raw_scores: StrictBool = Field(False, description="true: each text's log-odds of relevance; false: its sigmoid, a "
                              "probability in [0, 1]")
-    return_text: bool = Field(False, description="also return each text")
+    return_text: StrictBool = Field(False, description="also return each text")
     truncate: Truncate = True
     truncation_direction: Literal["Right", "right"] = Field("Right", description="texts are cut at the right only")
     model: ModelName = None

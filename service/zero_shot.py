@@ -38,7 +38,7 @@ from types import SimpleNamespace
 from typing import Annotated, Any, ClassVar
 
 from fastapi import APIRouter, Request, Response
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
 from service.errors import EndpointBody, InvalidInput, WrongTask, excerpt, register_body
 from service.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
@@ -86,7 +86,7 @@ class ZeroShotRequest(_Body):
         description=f"1-{MAX_CANDIDATE_LABELS} labels, each put into hypothesis_template")
     hypothesis_template: Template = Field(DEFAULT_TEMPLATE, description="the hypothesis of each label: \"{}\" is "
                                           "replaced by the label")
-    multi_label: bool = Field(False, description="false: the scores are a distribution over the labels (one fits); "
+    multi_label: StrictBool = Field(False, description="false: the scores are a distribution over the labels (one fits); "
                               "true: each label is scored on its own, entailment against contradiction")
     model: ModelName = None
     truncate: Truncate = True

@@ -480,3 +480,15 @@ def test_truncate_false_is_a_422_on_every_task_endpoint_and_true_cuts(service_bu
         assert batch.status_code == 422 and message.startswith("inputs[1] and 1 more inputs: "), (path, message)
         assert short.status_code == 200 and short.json()["truncated"] is False, path
         assert misplaced.status_code == 422 and "goes at the top level" in misplaced.json()["error"]["message"]
+
+
+def test_flags_take_json_booleans_only(service_bundles):
+    """explain / truncate are JSON true or false, as the schema says: 0, 1.0 or "true" would be
+    read as booleans by pydantic's lax mode, and the fuzz test's negative-data check refuses that."""
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles)) as (app, client):
+            return [await client.post("/classify", json={"text": "a fine day", flag: value})
+                    for flag in ("explain", "truncate") for value in (0, 1.0, "true", True)]
+    answers = asyncio.run(scenario())
+    assert [r.status_code for r in answers] == [422, 422, 422, 200] * 2
+    assert "boolean" in answers[0].json()["error"]["message"]
