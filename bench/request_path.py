@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -223,8 +224,11 @@ class StageTimer:
         return t
 
 
-def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset: str, server_cpu: str,
-                client_cpu: str, out: Path) -> None:
+def _server_in_process(model: str, server_cpu: str, out: Path, dataset: str, examples: int,
+                       body_file: str) -> tuple[Path, str, Any, Any]:
+    """This process, pinned to `server_cpu`, made the server of `model` alone (CPU, one
+    onnxruntime thread): the request bodies written from `dataset`, its URL, the app and the
+    uvicorn server (not started)."""
     import uvicorn
 
     os.environ.update({"ATTSERVE_MODEL_REPOSITORY": str(servers.REPO / "model_repository"), "ATTSERVE_MODELS": model,
@@ -235,14 +239,18 @@ def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset
 
     out.mkdir(parents=True, exist_ok=True)
     body_dir = Path(tempfile.mkdtemp(prefix="request-path-"))
-    write_bodies(test_examples(dataset, None, 2000), body_dir)
-    bodies = body_dir / "batch.jsonl"
-    raw_bodies = [line.encode() for line in bodies.read_text(encoding="utf-8").splitlines() if line]
-    timer = StageTimer(servers.REPO / "model_repository" / model, raw_bodies, concurrency)
+    write_bodies(test_examples(dataset, None, examples), body_dir)
     port = servers.free_port()
-    url = f"http://127.0.0.1:{port}"
     app = create_app()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    return body_dir / body_file, f"http://127.0.0.1:{port}", app, server
+
+
+def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset: str, server_cpu: str,
+                client_cpu: str, out: Path) -> None:
+    bodies, url, app, server = _server_in_process(model, server_cpu, out, dataset, 2000, "batch.jsonl")
+    raw_bodies = [line.encode() for line in bodies.read_text(encoding="utf-8").splitlines() if line]
+    timer = StageTimer(servers.REPO / "model_repository" / model, raw_bodies, concurrency)
     runs: list[dict] = []
     passes: list[dict[str, float]] = []
 
@@ -299,22 +307,7 @@ def main(seconds: int = 5, warmup: int = 2, concurrency: int = 32, model: str = 
     if stages:
         stages_main(seconds, warmup, 4 if concurrency == 32 else concurrency, model, dataset, server_cpu, client_cpu, out)
         return
-    import uvicorn
-
-    os.environ.update({"ATTSERVE_MODEL_REPOSITORY": str(servers.REPO / "model_repository"), "ATTSERVE_MODELS": model,
-                       "ATTSERVE_DEVICE": "cpu", "ATTSERVE_INTRA_OP_THREADS": "1", "ATTSERVE_MAX_QUEUE": "4096",
-                       "ATTSERVE_LOG_LEVEL": "WARNING"})
-    os.sched_setaffinity(0, {int(c) for c in server_cpu.split(",")})
-    from service.app import create_app
-
-    out.mkdir(parents=True, exist_ok=True)
-    body_dir = Path(tempfile.mkdtemp(prefix="request-path-"))
-    write_bodies(test_examples("snli", None, 500), body_dir)
-    bodies = body_dir / "single.jsonl"
-    port = servers.free_port()
-    url = f"http://127.0.0.1:{port}"
-    app = create_app()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    bodies, url, app, server = _server_in_process(model, server_cpu, out, "snli", 500, "single.jsonl")
     profile = cProfile.Profile()
     result: dict = {}
 

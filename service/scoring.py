@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from core.tasks import TASKS, Task
 from service.errors import InvalidInput, ServiceError
@@ -204,16 +204,8 @@ def _checked_batch(batch: Any, first_line: int, check: RowChecker, line_of: Any 
 def read_parquet(path: Path, skip_rows: int, chunk_rows: int, check: RowChecker) -> Iterator[Chunk]:
     import pyarrow.parquet as pq
 
-    seen = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
-        if seen + batch.num_rows <= skip_rows:
-            seen += batch.num_rows
-            continue
-        if seen < skip_rows:
-            batch = batch.slice(skip_rows - seen)
-            seen = skip_rows
+    for seen, batch in _after(pq.ParquetFile(path).iter_batches(batch_size=chunk_rows), skip_rows):
         yield _checked_batch(batch, seen + 1, check)
-        seen += batch.num_rows
 
 
 def read_csv(path: Path, skip_rows: int, chunk_rows: int, check: RowChecker, reported_through: int) -> Iterator[Chunk]:
@@ -240,7 +232,6 @@ def read_csv(path: Path, skip_rows: int, chunk_rows: int, check: RowChecker, rep
         parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid, newlines_in_values=True),
         convert_options=pacsv.ConvertOptions(column_types={name: pa.string() for name in header},
                                              strings_can_be_null=False, quoted_strings_can_be_null=False))
-    seen = 0  # rows the reader gave, over the whole file
     dropped_before: list[int] = []  # line numbers of the dropped lines, ascending
 
     def line_of(row_index: int) -> int:
@@ -252,13 +243,7 @@ def read_csv(path: Path, skip_rows: int, chunk_rows: int, check: RowChecker, rep
                 line += 1
         return line
 
-    for batch in _batches(reader):
-        if seen + batch.num_rows <= skip_rows:
-            seen += batch.num_rows
-            continue
-        if seen < skip_rows:
-            batch = batch.slice(skip_rows - seen)
-            seen = skip_rows
+    for seen, batch in _after(_batches(reader), skip_rows):  # seen: rows the reader gave before it
         for start in range(0, batch.num_rows, chunk_rows):
             part = batch.slice(start, chunk_rows)
             # the reader parses ahead: a dropped line is reported with the chunk its line falls in,
@@ -270,10 +255,24 @@ def read_csv(path: Path, skip_rows: int, chunk_rows: int, check: RowChecker, rep
             chunk.extra_errors = [(n, why) for n, why in dropped if n <= last]
             dropped[:] = [(n, why) for n, why in dropped if n > last]
             yield chunk
-        seen += batch.num_rows
     if dropped:  # dropped lines after the last row
         empty = Chunk([], [], {}, None, 0, extra_errors=list(dropped))
         yield empty
+
+
+def _after(batches: Iterable[Any], skip_rows: int) -> Iterator[tuple[int, Any]]:
+    """(rows before it, batch) for each record batch, the first `skip_rows` rows of them all left
+    out (a resumed run's rows already written)."""
+    seen = 0
+    for batch in batches:
+        if seen + batch.num_rows <= skip_rows:
+            seen += batch.num_rows
+            continue
+        if seen < skip_rows:
+            batch = batch.slice(skip_rows - seen)
+            seen = skip_rows
+        yield seen, batch
+        seen += batch.num_rows
 
 
 def _batches(reader: Any) -> Iterator[Any]:
