@@ -2,11 +2,11 @@
 
     python -m bench.score_file INPUT.jsonl --model nli-attconv-advanced --columns premise=sentence1,hypothesis=sentence2
 
-- engine: service.engine.Engine on the service's runtime (service.scoring.load_engine_parts:
+- engine: service.engine.Engine on the service's runtime (scoring.files.load_engine_parts:
   the same settings and warm-up), fed the file's rows, parsed ahead and untimed, as requests of
-  --batch-size inputs all queued at once (service.scoring.score_inputs): what the engine does
+  --batch-size inputs all queued at once (scoring.files.score_inputs): what the engine does
   with no file, no checks per row and no writing.
-- score: service.scoring.score_file on the same file into a fresh output (reading, checking
+- score: scoring.files.score_file on the same file into a fresh output (reading, checking
   each row, the engine, writing, fsync and the progress file per chunk; progress bar off).
 
 The two alternate for --repeats rounds (the machine is shared: each arm sees the same noise) and
@@ -28,7 +28,7 @@ from types import SimpleNamespace
 def engine_items_per_s(bundle: Path, inputs: list[SimpleNamespace], batch_size: int, threads: int) -> float:
     from service.engine import Engine
     from service.metrics import Metrics
-    from service.scoring import load_engine_parts, score_inputs
+    from scoring.files import load_engine_parts, score_inputs
 
     runtime, settings = load_engine_parts(bundle, threads, batch_size)
 
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
 
-    from service.scoring import score_file
+    from scoring.files import score_file
 
     bundle = args.repository / args.model
     columns = dict(part.split("=", 1) for part in args.columns.split(",") if part)

@@ -33,7 +33,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "export.commands": ("export",),
     "service.commands": ("serve",),
     "bench.commands": ("bench",),
-    "cli.score": ("score",),  # bulk scoring of files (service.scoring), no server
+    "cli.score": ("score",),  # bulk scoring of files (scoring.files), no server
     "training.reproduce": ("reproduce",),
 }
 

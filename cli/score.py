@@ -1,5 +1,5 @@
-"""`attserve score`: label a file with a served model, in-process (service.scoring), or on a
-Ray cluster (service.scoring_ray, `--ray ADDRESS`)."""
+"""`attserve score`: label a file with a served model, in-process (scoring.files), or on a
+Ray cluster (scoring.on_ray, `--ray ADDRESS`)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def score(
                                      "intra-op threads)."),
 ) -> None:
     """Score a JSONL, CSV or Parquet file with a model, in-process (no server): resumable, bad rows reported and skipped."""
-    from service.scoring import ScoringError
+    from scoring.files import ScoringError
 
     missing = [m for m in SCORE_MODULES + (("ray",) if ray else ()) if importlib.util.find_spec(m) is None]
     if missing:
@@ -77,13 +77,13 @@ def score(
     mapping = parse_columns(columns)
     try:
         if ray:
-            from service.scoring_ray import score_with_ray
+            from scoring.on_ray import score_with_ray
 
             result = score_with_ray(input, output, bundle, address=ray, actors=actors, actor_cpus=actor_cpus,
                                     columns=mapping, batch_size=batch_size, prefix=prefix, overwrite=overwrite)
             typer.echo(json.dumps(result))
             return
-        from service.scoring import score_file
+        from scoring.files import score_file
 
         summary = score_file(input, output, bundle, columns=mapping, batch_size=batch_size, chunk_rows=chunk_rows,
                              threads=threads, prefix=prefix, overwrite=overwrite, progress_bar=progress)

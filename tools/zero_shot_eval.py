@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from service.engine import Engine  # noqa: E402
 from service.metrics import Metrics  # noqa: E402
-from service.scoring import load_engine_parts, score_inputs  # noqa: E402
+from scoring.files import load_engine_parts, score_inputs  # noqa: E402
 from service.zero_shot import DEFAULT_TEMPLATE, ZeroShotRequest, hypothesis, zero_shot_answer  # noqa: E402
 
 REPOSITORY = ROOT / "model_repository"

@@ -1,4 +1,4 @@
-"""`attserve score` (service.scoring): a file's rows through the service's engine, in-process.
+"""`attserve score` (scoring.files): a file's rows through the service's engine, in-process.
 Each scored row must carry exactly the HTTP API's answer for the same input, bad rows must be
 reported by line and skipped, and a run killed half-way and started again must write each row
 exactly once."""
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from service.scoring import ScoringError, score_file, side_paths
+from scoring.files import ScoringError, score_file, side_paths
 from service.settings import Settings
 from tests.bundles import running_app
 

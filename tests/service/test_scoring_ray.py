@@ -1,4 +1,4 @@
-"""`attserve score --ray` (service.scoring_ray): the ray.data pipeline must write the rows the
+"""`attserve score --ray` (scoring.on_ray): the ray.data pipeline must write the rows the
 local path writes, on 10,000 rows. In the slow set: Ray is an optional extra (~300 MB installed)
 and a local cluster takes ~10-20 s to start on 2 cores (docs/scoring.md)."""
 
@@ -10,8 +10,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'")
 
-from service.scoring import score_file  # noqa: E402
-from service.scoring_ray import score_with_ray  # noqa: E402
+from scoring.files import score_file  # noqa: E402
+from scoring.on_ray import score_with_ray  # noqa: E402
 from tests.service.test_scoring import pair_rows, read_output, write_input  # noqa: E402
 
 pytestmark = pytest.mark.slow

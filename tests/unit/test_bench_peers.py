@@ -72,7 +72,9 @@ def test_ab_arms_name_a_tree_a_body_file_and_an_app():
 
     label, root, bodies, app = _arm("floor=.:single:minus-model")
     assert (label, bodies, app) == ("floor", "single", "minus-model") and root.is_absolute()
-    assert _arm("after=.:explain")[3] == "service" and set(APPS) == {"service", "minus-model", "http-floor", "naive-ort"}
+    assert _arm("after=.:explain")[3] == "service"
+    assert set(APPS) == {"service", "minus-model", "http-floor", "naive-ort", "raw-session"}
+    assert _arm("raw=.:batch:raw-session")[3] == "raw-session"  # onnxruntime alone on the same bodies
     assert _arm("big=.:batch")[2] == "batch"  # 32 inputs per request
     assert _arm("naive=.:single:naive-ort")[3] == "naive-ort"  # the unbatched FastAPI + onnxruntime server
     for bad in ("x=.:pairs", "x=.:single:torch", "=.:single", "x="):

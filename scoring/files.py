@@ -637,7 +637,7 @@ async def _score_file(input_path: Path, output: Path, bundle: Path, *, columns: 
 
 
 def expected_answer_columns(task: Task, labels: list[str], prefix: str, flat: bool) -> list[str]:
-    """The answer's keys (`flat`: its columns, service.scoring.flat_answer) for a model's task."""
+    """The answer's keys (`flat`: its columns, scoring.files.flat_answer) for a model's task."""
     keys = (["label", "scores"] if task.labelled else []) + ["model", "truncated", "unknown_token_share"]
     keys += [task.per_text] if task.per_text else []
     out = []

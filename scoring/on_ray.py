@@ -1,4 +1,4 @@
-"""`attserve score --ray ADDRESS`: the bulk scoring of service.scoring on a Ray cluster, for a
+"""`attserve score --ray ADDRESS`: the bulk scoring of scoring.files on a Ray cluster, for a
 file or a set of files too large for one machine. Needs the `ray` extra (ray[data]).
 
     read (ray.data.read_json / read_csv / read_parquet)
@@ -7,7 +7,7 @@ file or a set of files too large for one machine. Needs the `ray` extra (ray[dat
 
 Each actor holds ONE onnxruntime session (service.runtime.ModelRuntime with C intra-op threads)
 behind the service's own engine (service.engine.Engine, on the actor's private event loop), and
-scores its blocks with service.scoring.score_inputs and service.scoring.RowChecker: the same
+scores its blocks with scoring.files.score_inputs and scoring.files.RowChecker: the same
 checks, the same engine and the same answer columns as the local path, so the rows it writes
 equal `attserve score`'s (tests/service/test_scoring_ray.py, on 10,000 rows). Row order is kept
 (`preserve_order`). A row that cannot be scored is dropped with a warning (its reason) in the actor's log; Ray's blocks carry no
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from core.tasks import TASKS
-from service.scoring import (DEFAULT_BATCH_SIZE, RowChecker, ScoringError, answer_columns, count_rows,
+from scoring.files import (DEFAULT_BATCH_SIZE, RowChecker, ScoringError, answer_columns, count_rows,
                              expected_answer_columns, file_format, input_column_names, score_inputs, task_columns)
 from service.settings import Settings
 
-log = logging.getLogger("service.scoring_ray")
+log = logging.getLogger("scoring.on_ray")
 # rows per block handed to an actor: big enough that the engine's batches stay full
 RAY_BLOCK_ROWS = 2048
 IO_TASK_CPUS = 0.1
@@ -45,7 +45,7 @@ class ScorePredictor:
         from core.bundle import load_bundle
         from service.engine import Engine
         from service.metrics import Metrics
-        from service.scoring import load_engine_parts
+        from scoring.files import load_engine_parts
 
         config = load_bundle(bundle).config
         self.task = TASKS[config.task]
