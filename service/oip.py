@@ -269,7 +269,7 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     task = entry.config.task
     columns, n, k = _columns(infer_request, binary, task, entry.engine)
     inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASKS[task].field_names}) for i in range(n)]
-    results, headers = await run_inputs(request, entry, inputs, "v2_infer", batch=n > 1)
+    results, headers = await run_inputs(request, entry, inputs, "v2_infer", batch=n > 1, version=version)
     return _respond(entry, infer_request, results, k, headers)
 
 

@@ -105,7 +105,7 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
             return content, headers
     batch = "inputs" in type(body).model_fields  # a class lookup: hasattr on a model raises inside pydantic
     results, headers = await run(service, state, receive, entry, body.inputs if batch else [body], endpoint, batch,
-                                 explain=body.explain)
+                                 explain=body.explain, version=body.version)
     if not body.truncate:
         refuse_truncated(results, batch)
     answer_of = TASK_SCHEMAS[task].answer_of
@@ -145,14 +145,15 @@ async def predict(request: Request, endpoint: str, body: Any) -> Response:
 
 
 async def run(service: Service, state: dict[str, Any], receive: Receive, entry: ModelEntry, inputs: Sequence[Any],
-              endpoint: str, batch: bool, explain: bool = False) -> tuple[list[dict], dict[str, str]]:
+              endpoint: str, batch: bool, explain: bool = False,
+              version: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Runs `inputs` (objects with the task's fields as attributes) on `entry`'s engine: the
     answers in input order and the timing headers. The task API and the Open Inference
     Protocol (service.oip, through `run_inputs`) both answer through here; the engine does the
     checks and the work."""
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    entry = current_load(entry)
+    entry = current_load(service, entry, version)
     state["attserve_model"] = entry.name
     # The deadline runs from the request's arrival (stamped by service.http's protocol, else by
     # the entry point), so reading, parsing, tokenizing (in the batcher) and queueing a big body
@@ -161,7 +162,7 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
     deadline = state.get("attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
     if explain:
         await refuse_too_large_explanations(service, entry, inputs, batch)
-        entry = current_load(entry)  # reloaded meanwhile
+        entry = current_load(service, entry, version)  # reloaded meanwhile
     state["attserve_model_version"] = entry.version
     pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
     service.metrics.series(service.metrics.inputs, endpoint, entry.name).inc(len(inputs))
@@ -171,15 +172,19 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
     return answers.results, headers
 
 
-def current_load(entry: ModelEntry) -> ModelEntry:
-    """The load of `entry`'s version that serves now: `entry` itself, or, when it was reloaded
-    since the request resolved it (service.model_control), the load that replaced it; a version
-    unloaded meanwhile is 422 unknown_model."""
+def current_load(service: Service, entry: ModelEntry, version: str | None) -> ModelEntry:
+    """The load that serves a request now that resolved `entry` (naming `version`, or none):
+    `entry` itself; when it was reloaded since (service.model_control), the load that replaced
+    it; when its version was unloaded, the model's default now for a request that named no
+    version, and 422 unknown_model for one that named it."""
     while entry.retired:
-        if entry.replaced_by is None:
+        if entry.replaced_by is not None:
+            entry = entry.replaced_by
+        elif version is None:
+            entry = service.resolve(entry.name, entry.task)
+        else:
             raise UnknownModel(f"model {entry.name!r} version {entry.version!r} was unloaded while the request "
                                "waited; send it again")
-        entry = entry.replaced_by
     return entry
 
 
@@ -209,10 +214,10 @@ async def refuse_too_large_explanations(service: Service, entry: ModelEntry, inp
 
 
 async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
-                     batch: bool, explain: bool = False) -> tuple[list[dict], dict[str, str]]:
+                     batch: bool, explain: bool = False, version: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """`run` for a route's `request`."""
     return await run(_service(request), request.scope.setdefault("state", {}), request.receive, entry, inputs,
-                     endpoint, batch, explain)
+                     endpoint, batch, explain, version)
 
 
 def add_task_route(task: Task) -> None:

@@ -230,3 +230,21 @@ def test_a_reload_frees_the_old_session_without_a_collector_pass(versioned):
         assert asyncio.run(scenario())
     finally:
         gc.enable()
+
+
+def test_a_request_whose_version_was_unloaded_meanwhile_goes_to_the_default_unless_it_named_it(versioned):
+    from service.errors import UnknownModel
+    from service.routes import current_load
+
+    async def scenario():
+        async with running_app(settings(versioned, model_control_mode="explicit")) as (app, client):
+            service = app.state.service
+            resolved = service.resolve("fever", "verification")  # version 2, the default
+            shutil.rmtree(versioned / "fever" / "2")
+            assert (await client.post("/v2/repository/models/fever/load")).status_code == 200
+            follows = current_load(service, resolved, None)
+            with pytest.raises(UnknownModel, match="version '2' was unloaded"):
+                current_load(service, resolved, "2")
+            return resolved, follows
+    resolved, follows = asyncio.run(scenario())
+    assert resolved.version == "2" and resolved.retired and follows.version == "1" and not follows.retired
