@@ -246,6 +246,14 @@ def _server_in_process(model: str, server_cpu: str, out: Path, dataset: str, exa
     return body_dir / body_file, f"http://127.0.0.1:{port}", app, server
 
 
+async def _serving(server, app) -> asyncio.Task:
+    """Start `server` (uvicorn, in this loop) and return its task once its models are loaded."""
+    task = asyncio.create_task(server.serve())
+    while not (server.started and getattr(app.state, "service", None) and app.state.service.loaded):
+        await asyncio.sleep(0.1)
+    return task
+
+
 def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset: str, server_cpu: str,
                 client_cpu: str, out: Path) -> None:
     bodies, url, app, server = _server_in_process(model, server_cpu, out, dataset, 2000, "batch.jsonl")
@@ -255,9 +263,7 @@ def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset
     passes: list[dict[str, float]] = []
 
     async def drive() -> None:
-        task = asyncio.create_task(server.serve())
-        while not (server.started and getattr(app.state, "service", None) and app.state.service.loaded):
-            await asyncio.sleep(0.1)
+        task = await _serving(server, app)
         run = lambda s: asyncio.to_thread(_wrk, url, bodies, s, concurrency, client_cpu)  # noqa: E731
         await run(warmup)
         for _ in range(STAGE_ROUNDS):
@@ -312,9 +318,7 @@ def main(seconds: int = 5, warmup: int = 2, concurrency: int = 32, model: str = 
     result: dict = {}
 
     async def drive() -> None:
-        task = asyncio.create_task(server.serve())
-        while not (server.started and getattr(app.state, "service", None) and app.state.service.loaded):
-            await asyncio.sleep(0.1)
+        task = await _serving(server, app)
         run = lambda s: asyncio.to_thread(_wrk, url, bodies, s, concurrency, client_cpu)  # noqa: E731
         await run(warmup)
         result["unprofiled"] = await run(seconds)
