@@ -96,7 +96,7 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
         key = cache.key(entry, endpoint, body)
         hit = cache.get(key)
         if hit is not None:
-            state["attserve_model"] = entry.name
+            state["attserve_model"], state["attserve_model_version"] = entry.name, entry.version
             content, headers = hit[0], {**hit[1], CACHE_HEADER: "hit"}
             if trace is not None:
                 trace.cache = "hit"
