@@ -1,0 +1,15 @@
+"""Textual entailment (`/entailment`): does the premise entail the hypothesis?"""
+
+from core.tasks.base import Task, TextField
+
+TASK = Task(
+    "entailment", "/entailment", "entailment",
+    "Does the premise entail the hypothesis? One pair or a batch.",
+    (TextField("premise", "premise_ids"), TextField("hypothesis", "hypothesis_ids")),
+    datasets=("snli", "sick", "msrp", "wikiqa", "scitail", "mnli", "xnli", "qnli", "nli-mix", "fever-nli"),
+    example={"premise": "A man is playing a guitar on stage.", "hypothesis": "A person is making music."},
+)
+
+# The label names, over the entailment datasets, that mean "the premise entails the hypothesis"
+# (SNLI's and MultiNLI's "entailment", SciTail's "entails"): zero-shot scoring reads them.
+ENTAILING_LABELS = ("entailment", "entails", "entailed")

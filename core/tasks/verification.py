@@ -1,0 +1,16 @@
+"""Claim verification (`/verify`): a claim read against its evidence sentences, FEVER's labels."""
+
+from core.tasks.base import Task, TextField
+
+TASK = Task(
+    "verification", "/verify", "verify",
+    "Verify a claim against evidence sentences; `evidence_scores` weighs each one.",
+    (TextField("claim", "claim_ids"),
+     TextField("evidence", "evidence_ids", many=True,
+               too_many="send the most relevant sentences or split the claim's evidence over several inputs",
+               description="evidence sentences; at most the model's max_evidence")),
+    per_text="evidence_scores", per_text_description="weight of each evidence sentence, in input order",
+    datasets=("snli-verification", "fever", "fever-swaps", "fever-swaps-half"),
+    example={"claim": "The Eiffel Tower is in Berlin.",
+             "evidence": ["The Eiffel Tower is a wrought-iron lattice tower in Paris, France."]},
+)
