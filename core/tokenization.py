@@ -38,7 +38,7 @@ def oov_bucket(word: str, buckets: int) -> int:
     return zlib.crc32(unicodedata.normalize("NFKC", word).lower().encode("utf-8")) % buckets
 
 
-# One short text goes through `encode`: `encode_batch` dispatches to rayon's pool, ~30% dearer
+# One short text goes through `encode`: `encode_batch` dispatches to rayon's pool, dearer
 # for one text. Longer texts take `encode_batch` even alone, because it releases the GIL and
 # `encode` does not: a 1 MB text tokenized in a worker thread would otherwise stall the event loop.
 SHORT_TEXT_CHARS = 2048
@@ -200,7 +200,7 @@ class TextEncoder:
         return Encoded(kept, cut, tokens, unknown)
 
     def _encode_without_offsets(self, texts: Sequence[str]) -> list:
-        """The library's encodings of `texts`, without character offsets (25% less time a text:
+        """The library's encodings of `texts`, without character offsets (less time a text, where
         the pre-tokenizer dominates) except for a text with an unknown word, encoded again with
         them when its word is hashed."""
         encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
@@ -348,7 +348,7 @@ def pad_3d(groups: Sequence[Sequence[Sequence[int]]], min_length: int = 1) -> np
 
 
 # From this many rows on, one scatter of all the ids costs less than a copy a row; below, the
-# scatter's fixed cost is the larger (docs/performance.md, issue 57).
+# scatter's fixed cost is the larger (docs/performance.md, 32-pair requests against the raw session).
 SCATTER_ROWS = 32
 
 

@@ -51,8 +51,9 @@ def malloc_trim() -> Callable[[], object] | None:
 async def release_memory(every_s: float) -> None:
     """Every `every_s` seconds, malloc_trim(0) in a thread (ctypes releases the GIL): glibc
     gives the pages requests freed back to the OS only from the top of its heaps, so a burst
-    (40 clients' explanations, dropped at the write timeout) left RSS 410 MB up for good;
-    trimmed, 65 MB. ~0.1 ms when there is nothing to give back, a few ms after a burst."""
+    (many clients' explanations, dropped at the write timeout) left RSS far up for good; a trim
+    is cheap when there is nothing to give back (the figures: docs/configuration.md,
+    ATTSERVE_MEMORY_TRIM_S)."""
     trim = malloc_trim()
     if trim is None or every_s <= 0:
         return

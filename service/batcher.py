@@ -4,10 +4,11 @@ Inputs wait in ONE queue in arrival order (TEI style), a request's inputs togeth
 takes inputs from the front while it stays within `max_batch_size` inputs and `max_batch_tokens`
 padded tokens, a batch being padded to the largest bucket shape among its inputs (so shapes stay
 the few warmed-up buckets; padding does not change an answer); a request's inputs may run in two
-batches. Per-shape queues fragmented batches (a 32-item /verify request ran as ~15 engine calls).
+batches. Per-shape queues fragmented batches (one many-item /verify request ran as many small
+engine calls).
 The runtime then runs the batch in as few graph calls as pays (service.runtime.plan_calls: one
-call unless padding short inputs to a long one costs more than another call; 32-item SNLI
-batches: 1.8x padding in one call, 2-3 calls and 1.2x padding when planned, 1.4-2.3x the items/s).
+call unless padding short inputs to a long one costs more than another call: less padding and
+more items/s on mixed-length batches; the figures are in docs/performance.md).
 A batch closes when it is full or `max_batch_delay_ms` after its oldest input arrived. Before
 compute, requests whose caller went away or whose deadline passed are dropped.
 
@@ -19,7 +20,7 @@ of them, so no per-input objects, futures or callbacks are made on the event loo
 Requests submit raw inputs; tokenizing is the batcher's: everything submitted since its last
 step is encoded in one call per field (service.tasks.encode), in the model's inference thread,
 before batches are formed from it. So the event loop only parses, checks and enqueues
-(tokenizing there cost ~0.17 ms a text and blocked every other request), and tokenization is
+(tokenizing there blocked every other request while it ran), and tokenization is
 batched like inference. Requests whose caller went away or whose deadline passed are dropped
 before tokenizing and again before compute.
 Inference runs on a dedicated single-thread executor (onnxruntime and tokenizers release the

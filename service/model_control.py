@@ -260,8 +260,8 @@ class ModelControl:
         engine = entry.engine
         await engine.drain(self.settings.shutdown_timeout_s)  # runs what is queued, then stops its thread
         # the last references: the session and its engine are freed by reference counting (no
-        # collector pass: a full one held the event loop 0.1 s, and nothing of a load is in a
-        # cycle once its engine drained, measured with weak references)
+        # collector pass: a full one holds the event loop, and nothing of a load is in a cycle
+        # once its engine drained, as weak references showed)
         entry.engine = entry.runtime = None
 
     # --- poll mode ----------------------------------------------------------------------------

@@ -113,9 +113,9 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     if ignored:
         headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
     # Rendered here rather than by FastAPI's response_model: the answer is built to the schema
-    # above (tests check it against /openapi.json), and re-validating it cost ~5% of a request.
+    # above (tests check it against /openapi.json), and re-validating it is paid on every request.
     # pydantic's JSON writer: the same JSON as json.dumps (shortest round-trip floats, UTF-8) at
-    # a quarter of its cost
+    # a fraction of its cost
     serialising = time.time_ns() if trace is not None else 0
     document = answer_of(body, results) if answer_of is not None else {"results": results} if batch else results[0]
     # an answer with explanations can take milliseconds to write (up to max_answer_bytes): off

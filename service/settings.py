@@ -107,12 +107,12 @@ class _Settings(BaseSettings):
     # request whose texts come to more than max_request_chars after NFKC. Checked in bounded
     # chunks before tokenizing (core.tokenization.check_text).
     max_text_chars: int = Field(100_000, ge=1)
-    # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request tokenizes in ~0.2 s and
-    # six at once stay well within +300 MB (bench/reliability.py expansion)
+    # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request, and several at once,
+    # stay bounded in time and memory (docs/reliability.md, `python -m bench.reliability expansion`)
     max_request_chars: int = Field(1 << 18, ge=1)
     # An answer's JSON over this is 422 answer_too_large (explanations describe up to the
     # model's max length of tokens per text and a weight per token pair: 64 inputs of the
-    # bundled verification model with five evidence sentences each come to 4.4 MB)
+    # bundled verification model with five evidence sentences each stay well under it)
     max_answer_bytes: int = Field(8 << 20, ge=1024)
 
     # HTTP connection limits (service.http: uvicorn has no header-read timeout and, with

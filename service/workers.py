@@ -6,7 +6,8 @@ starts N workers (multiprocessing "spawn": a fresh interpreter each, no forked o
 event-loop state); each listens on the port with its own SO_REUSEPORT socket, so the kernel
 spreads new connections evenly over them by hash. (One shared listening socket let whichever
 worker woke first accept a burst of keep-alive connections: 64 `wrk` connections opened at once
-went mostly to one worker, and two workers measured 0.91x to 1.94x one worker from run to run.)
+went mostly to one worker, and what two workers gained over one varied widely from run to run;
+the figures are in docs/configuration.md, ATTSERVE_WORKERS.)
 Each worker loads every model and warms it up itself.
 
 Shared across workers, through one directory per start (`PROMETHEUS_MULTIPROC_DIR`, a fresh
