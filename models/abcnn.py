@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.tasks import TaskForm, entailment
 from models.base import PAD_ID, NetworkConfig, TextClassifier, register
 from models.layers import (
     classifier_head,
@@ -63,7 +64,7 @@ WEIGHT_SUM_FLOOR = 1e-6
 
 @dataclass
 class ABCNNConfig(NetworkConfig):
-    task: str = "entailment"
+    task: str = entailment.TASK.name  # a config without a task does the pair task entailment
     variant: str = "bcnn"  # "bcnn" | "abcnn-1" | "abcnn-2" | "abcnn-3"
     num_filters: int = 50  # d_1: convolution output width of every block
     kernel_size: int = 3  # w: filter width
@@ -198,21 +199,21 @@ class ABCNNBlock(nn.Module):
         return BlockOutput(vector0, vector1, pooled0, pooled1)
 
 
-@register("bcnn", tasks=("entailment",), variant="bcnn",
+@register("bcnn", forms=(TaskForm.PAIR,), variant="bcnn",
           description="BCNN (Yin et al. 2016): Siamese wide CNN with average pooling, no attention")
-@register("abcnn-1", tasks=("entailment",), variant="abcnn-1",
+@register("abcnn-1", forms=(TaskForm.PAIR,), variant="abcnn-1",
           description="ABCNN-1 (Yin et al. 2016): attention feature maps as a second convolution input channel")
-@register("abcnn-2", tasks=("entailment",), variant="abcnn-2",
+@register("abcnn-2", forms=(TaskForm.PAIR,), variant="abcnn-2",
           description="ABCNN-2 (Yin et al. 2016): attention-weighted pooling of the convolution output")
-@register("abcnn-3", tasks=("entailment",), variant="abcnn-3",
+@register("abcnn-3", forms=(TaskForm.PAIR,), variant="abcnn-3",
           description="ABCNN-3 (Yin et al. 2016): attention on both convolution input and pooling")
 class ABCNN(TextClassifier):
     config_class = ABCNNConfig
 
     def __init__(self, config: ABCNNConfig) -> None:
         super().__init__(config)
-        if config.task != "entailment":
-            raise ValueError(f"ABCNN models sentence pairs (task 'entailment'), not {config.task!r}")
+        if self.task.form is not TaskForm.PAIR or not self.task.labelled:
+            raise ValueError(f"ABCNN models sentence pairs (a labelled pair task), not {config.task!r}")
         self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=PAD_ID)
         in_dims = [config.embedding_dim] + [config.num_filters] * (config.num_blocks - 1)
         self.blocks = nn.ModuleList(ABCNNBlock(d, config) for d in in_dims)

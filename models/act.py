@@ -65,6 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.tasks import TaskForm
 from models.base import PAD_ID, NetworkConfig, TextClassifier, register
 from models.layers import (
     classifier_head,
@@ -268,13 +269,13 @@ class TransformerEncoder(nn.Module):
 
 @register(
     "act",
-    tasks=("classification",),
+    forms=(TaskForm.TEXT,),
     description="ACT (Li et al. 2021): multi-head attentive convolution, global attention, center loss",
     variant="act",
 )
 @register(
     "transformer",
-    tasks=("classification",),
+    forms=(TaskForm.TEXT,),
     description="Transformer-encoder baseline at ACT's sizes (masked self-attention + FFN, mean pooling)",
     variant="transformer",
 )
@@ -283,6 +284,8 @@ class ACTForClassification(TextClassifier):
 
     def __init__(self, config: ACTConfig) -> None:
         super().__init__(config)
+        if self.task.form is not TaskForm.TEXT or not self.task.labelled:
+            raise ValueError(f"ACT reads one text (a labelled TEXT task), not {config.task!r}")
         if config.variant not in VARIANTS:
             raise ValueError(f"unknown ACT variant {config.variant!r}; expected one of {VARIANTS}")
         if config.model_dim % config.num_heads:

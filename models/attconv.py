@@ -13,9 +13,11 @@ A text tx is convolved together with an attentive context computed over a contex
 
 Output: max-pool of h_new over the valid positions of tx, then `classifier_head`.
 
-Tasks: classification is intra-context (ty = tx); entailment is extra-context (tx = hypothesis,
-ty = premise, as in the paper); verification is multi-context (tx = claim, ty = evidence
-sentences), context-wise or context-conc (section 4.4).
+Task forms (core.tasks.TaskForm; the network never reads a task's name): one text (TEXT, e.g.
+classification) is intra-context (ty = tx); a pair (PAIR, e.g. entailment) is extra-context (tx =
+the second text, ty = the first: hypothesis and premise, as in the paper); a text and a list of
+texts (CONTEXTS, e.g. verification) is multi-context (tx = claim, ty = evidence sentences),
+context-wise or context-conc (section 4.4).
 
 Decisions the paper leaves open (see /work/shared/design/models.md):
 - The hidden states fed to the attentive convolution are the word embeddings (the paper's
@@ -57,6 +59,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from core.tasks import TASKS, TaskForm
 from models.base import PAD_ID, NetworkConfig, TextClassifier, register
 from models.layers import (
     Conv1dSame,
@@ -118,8 +121,8 @@ class AttConvConfig(NetworkConfig):
                 raise ValueError(f"AttConvConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
         if self.kernel_size < 1 or self.kernel_size % 2 != 1:
             raise ValueError(f"AttConvConfig.kernel_size must be odd and positive, got {self.kernel_size}")
-        if self.exact_match and self.task == "classification":
-            raise ValueError("AttConvConfig.exact_match needs two texts (entailment or verification); "
+        if self.exact_match and self.task in TASKS and TASKS[self.task].form is TaskForm.TEXT:
+            raise ValueError("AttConvConfig.exact_match needs two texts (a pair, or a text and a list of texts); "
                              "intra-context every token matches itself")
 
 
@@ -275,28 +278,37 @@ class AttConvPreTrainedModel(TextClassifier):
                     module.weight[module.padding_idx].zero_()
 
 
-@register("attconv-light", tasks=("classification", "entailment", "verification"),
+@register("attconv-light", forms=(TaskForm.TEXT, TaskForm.PAIR, TaskForm.CONTEXTS),
           description="Light attentive convolution (Yin & Schütze 2018, eqs 1-6)", variant="light")
-@register("attconv-advanced", tasks=("classification", "entailment", "verification"),
+@register("attconv-advanced", forms=(TaskForm.TEXT, TaskForm.PAIR, TaskForm.CONTEXTS),
           description="Advanced attentive convolution: gated multi-granular source/focus, beneficiary "
                       "(Yin & Schütze 2018, eqs 7-13)", variant="advanced")
 class AttConv(AttConvPreTrainedModel):
     """Embedding -> attentive convolution -> masked max-pool -> classifier.
 
-    forward, by task (masks are boolean, True = token):
-        classification  (input_ids, input_mask)                              -> logits
-        entailment      (premise_ids, premise_mask, hypothesis_ids, hypothesis_mask) -> logits
-        verification    (claim_ids, claim_mask, evidence_ids, evidence_mask) -> (logits, evidence_scores)
+    forward, by the task's form (masks are boolean, True = token):
+        TEXT      (input_ids, input_mask)                              -> logits
+        PAIR      (premise_ids, premise_mask, hypothesis_ids, hypothesis_mask) -> logits
+        CONTEXTS  (claim_ids, claim_mask, evidence_ids, evidence_mask) -> (logits, evidence_scores),
+                  or logits alone for a task without a per-text output
+    A task of another form, or an unlabelled one, is refused when the network is built.
     """
 
     def __init__(self, config: AttConvConfig) -> None:
         super().__init__(config)
+        task = self.task
+        if not task.labelled or task.form not in (TaskForm.TEXT, TaskForm.PAIR, TaskForm.CONTEXTS):
+            raise ValueError(f"AttConv does labelled tasks of one text, a pair or a text and a list of texts, not "
+                             f"{'unlabelled ' if not task.labelled else ''}{task.form.value} task {task.name!r}")
+        self.form = task.form
+        # a CONTEXTS task's graph returns the per-text scores after the logits, if it has them
+        self.per_text = task.per_text is not None
         self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=0)
         if config.tuned_vocab_size:
             self.tuned_embeddings = nn.Embedding(config.tuned_vocab_size, config.embedding_dim, padding_idx=0)
         self.dropout = nn.Dropout(config.dropout)
         self.attconv = AttConvLayer(config)
-        symmetric = config.task != "classification" and config.direction == "both"
+        symmetric = self.form is not TaskForm.TEXT and config.direction == "both"
         feature_dim = config.hidden_dim * (4 if symmetric else 1)
         self.classifier = classifier_head(feature_dim, config.head_hidden, config.num_labels, config.dropout)
         self.apply(self._init_weights)
@@ -304,12 +316,13 @@ class AttConv(AttConvPreTrainedModel):
             nn.init.zeros_(self.attconv.exact_match.conv.weight)
 
     def forward(self, *inputs: torch.Tensor):
-        task = self.config.task
-        if task == "classification":
+        if self.form is TaskForm.TEXT:
             return self.classify(*inputs)
-        if task == "entailment":
+        if self.form is TaskForm.PAIR:
             return self.entail(*inputs)
-        return self.verify(*inputs)
+        if self.form is TaskForm.CONTEXTS:
+            return self.verify(*inputs) if self.per_text else self.verify(*inputs)[0]
+        raise ValueError(f"AttConv has no forward for {self.form.value} tasks")
 
     # ------------------------------------------------------------------------------------------
 
@@ -370,7 +383,7 @@ class AttConv(AttConvPreTrainedModel):
 
     def evidence_score_step(self) -> float:
         # context-wise: a score is the share of the hidden_dim claim dimensions a slot wins
-        wise = self.config.task == "verification" and self.config.multi_context == "wise"
+        wise = self.form is TaskForm.CONTEXTS and self.per_text and self.config.multi_context == "wise"
         return 1.0 / self.config.hidden_dim if wise else 0.0
 
     def verify(self, claim_ids: torch.Tensor, claim_mask: torch.Tensor, evidence_ids: torch.Tensor,
@@ -382,7 +395,7 @@ class AttConv(AttConvPreTrainedModel):
                       evidence_targets: torch.Tensor | None = None,
                       bias_log_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         weight = self.config.evidence_loss_weight
-        if self.config.task != "verification" or not weight or evidence_targets is None:
+        if self.form is not TaskForm.CONTEXTS or not weight or evidence_targets is None:
             return super().training_loss(ids, labels, bias_log_probs=bias_log_probs)
         claim_ids, evidence_ids = ids
         logits, _, shares = self.verify_with_evidence_shares(

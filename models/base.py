@@ -1,18 +1,22 @@
 """What every network shares: the base class, the registry that builds a network from a name
 and a config, and the ids-only wrapper that ONNX export uses.
 
-The tasks (core.tasks, the service's endpoints) and the tensors they take, pad id 0:
+A network does a task (core.tasks) by the task's form, never by its name; the tensors each
+form takes (pad id 0), named after the task's fields (the current tasks' names shown):
 
-    classification  input_ids (B, L)                                  -> logits (B, C)
-    entailment      premise_ids (B, Lp), hypothesis_ids (B, Lh)       -> logits (B, C)
-    verification    claim_ids (B, Lc), evidence_ids (B, K, Le)        -> logits (B, C),
-                                                                         evidence_scores (B, K)
+    TEXT      input_ids (B, L)                                    -> logits (B, C)
+    PAIR      premise_ids (B, Lp), hypothesis_ids (B, Lh)         -> logits (B, C)
+    CONTEXTS  claim_ids (B, Lc), evidence_ids (B, K, Le)          -> logits (B, C),
+                                                                     evidence_scores (B, K)
 
 A network's `forward` takes each ids tensor followed by its boolean mask (True = token):
 `forward(input_ids, input_mask)`, `forward(premise_ids, premise_mask, hypothesis_ids,
 hypothesis_mask)`, `forward(claim_ids, claim_mask, evidence_ids, evidence_mask)`.
-Verification networks return `(logits, evidence_scores)`; evidence_scores is a distribution
-over the valid evidence slots of each example (zeros on padded slots).
+A CONTEXTS network whose task has a per-text output returns `(logits, evidence_scores)`;
+evidence_scores is a distribution over the valid slots of each example (zeros on padded slots).
+A family registers the forms it does (`@register(..., forms=...)`): it does every labelled task
+of those forms. An unlabelled task is served by an adapter over a trained network
+(`@adapter(form, labelled)`, e.g. models.rerank.PairReranker).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
-from core.tasks import TASKS, Task
+from core.tasks import TASKS, Task, TaskForm, classification
 from models.layers import cross_entropy, padding_mask
 
 PAD_ID = 0
@@ -33,7 +37,8 @@ PAD_ID = 0
 class NetworkConfig:
     """Fields every family's config has. Family configs subclass this (all fields defaulted)."""
 
-    task: str = "classification"
+    # the task's name (core.tasks); a config without one does the one-text classification task
+    task: str = classification.TASK.name
     vocab_size: int = 1000
     num_labels: int = 2
     embedding_dim: int = 50
@@ -104,21 +109,22 @@ class TextClassifier(nn.Module):
         return [m for m in self.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == self.config.vocab_size]
 
 
-# served task -> the class that wraps a trained network as that task's network
-# (`@adapter("rerank")`, e.g. models.rerank.PairReranker: a pair network scoring each candidate)
-_ADAPTERS: dict[str, Callable[[TextClassifier], TextClassifier]] = {}
+# (form, labelled) of a served task -> the class that wraps a trained network as a network of
+# such a task (`@adapter(TaskForm.CONTEXTS, labelled=False)`, e.g. models.rerank.PairReranker: a
+# pair network scoring each text of the list)
+_ADAPTERS: dict[tuple[TaskForm, bool], Callable[..., TextClassifier]] = {}
 
 
-def adapter(task: str) -> Callable[[type], type]:
-    """Class decorator: the class wraps a trained network (its one constructor argument) as a
-    network of `task`, for export (a recipe's [serve_as])."""
+def adapter(form: TaskForm, *, labelled: bool) -> Callable[[type], type]:
+    """Class decorator: the class wraps a trained network (its first constructor argument) as a
+    network of any task of `form` (labelled or not), named by the `task` keyword, for export (a
+    recipe's [serve_as])."""
 
     def wrap(cls: type) -> type:
-        if task not in TASKS:
-            raise ValueError(f"adapter for unknown task {task!r}")
-        if task in _ADAPTERS:
-            raise ValueError(f"two adapters for task {task!r}")
-        _ADAPTERS[task] = cls
+        key = (TaskForm(form), labelled)
+        if key in _ADAPTERS:
+            raise ValueError(f"two adapters for {'labelled' if labelled else 'unlabelled'} {form.value} tasks")
+        _ADAPTERS[key] = cls
         return cls
 
     return wrap
@@ -144,21 +150,31 @@ class Architecture:
     name: str
     network: type[TextClassifier]
     preset: dict[str, Any]
-    tasks: tuple[str, ...]
+    forms: tuple[TaskForm, ...]  # the task forms it does, every labelled task of each
     description: str
+
+    def does(self, task: Task) -> bool:
+        """Whether the architecture does `task`: a labelled task of one of its forms."""
+        return task.labelled and task.form in self.forms
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The registered tasks (core.tasks) it does, by name."""
+        return tuple(name for name, task in TASKS.items() if self.does(task))
 
 
 _REGISTRY: dict[str, Architecture] = {}
 
 
-def register(name: str, *, tasks: tuple[str, ...], description: str, **preset: Any) -> Callable[[type], type]:
-    """Class decorator: `@register("attconv-light", tasks=(...), variant="light")`.
-    May be stacked to register several names for one class."""
+def register(name: str, *, forms: tuple[TaskForm, ...], description: str, **preset: Any) -> Callable[[type], type]:
+    """Class decorator: `@register("attconv-light", forms=(TaskForm.TEXT, ...), variant="light")`:
+    the network does every labelled task of those forms. May be stacked to register several
+    names for one class."""
 
     def wrap(cls: type[TextClassifier]) -> type[TextClassifier]:
         if name in _REGISTRY:
             raise ValueError(f"architecture {name!r} registered twice")
-        _REGISTRY[name] = Architecture(name, cls, dict(preset), tasks, description)
+        _REGISTRY[name] = Architecture(name, cls, dict(preset), tuple(TaskForm(f) for f in forms), description)
         return cls
 
     return wrap

@@ -11,6 +11,7 @@ import models.abcnn  # noqa: F401  (registers bcnn, abcnn-1..3)
 import models.act  # noqa: F401  (registers act, transformer)
 import models.attconv  # noqa: F401  (registers attconv-light, attconv-advanced)
 import models.rerank  # noqa: F401  (registers the rerank adapter)
+from core.tasks import TASKS
 from models.base import _ADAPTERS, _REGISTRY, Architecture, TextClassifier
 
 
@@ -19,10 +20,17 @@ def architectures() -> dict[str, Architecture]:
 
 
 def serve_as(network: TextClassifier, task: str) -> TextClassifier:
-    """`network` wrapped as a network of `task` by the adapter registered for it."""
-    if task not in _ADAPTERS:
-        raise KeyError(f"no adapter serves task {task!r}; adapters: {sorted(_ADAPTERS)}")
-    return _ADAPTERS[task](network)
+    """`network` wrapped as a network of `task` by the adapter registered for the task's form
+    (labelled or not)."""
+    if task not in TASKS:
+        raise KeyError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
+    spec = TASKS[task]
+    key = (spec.form, spec.labelled)
+    if key not in _ADAPTERS:
+        served = sorted(f"{'labelled' if labelled else 'unlabelled'} {form.value}" for form, labelled in _ADAPTERS)
+        raise KeyError(f"no adapter serves task {task!r} ({key[0].value} form, "
+                       f"{'labelled' if key[1] else 'unlabelled'}); adapters serve: {served}")
+    return _ADAPTERS[key](network, task=task)
 
 
 def make_config(name: str, **overrides: Any) -> Any:
@@ -37,8 +45,13 @@ def make_config(name: str, **overrides: Any) -> Any:
     if unknown:
         raise TypeError(f"{name}: unknown config fields {unknown}; known: {sorted(known)}")
     config = cls(**values)
-    if config.task not in arch.tasks:
-        raise ValueError(f"{name} does not do task {config.task!r}; it does {list(arch.tasks)}")
+    task = TASKS.get(config.task)
+    if task is None:
+        raise ValueError(f"unknown task {config.task!r}; expected one of {sorted(TASKS)}")
+    if not arch.does(task):
+        raise ValueError(f"{name} does not do task {config.task!r} ({'a labelled' if task.labelled else 'an unlabelled'} "
+                         f"{task.form.value} task); it does labelled {'/'.join(f.value for f in arch.forms)} tasks: "
+                         f"{list(arch.tasks)}")
     return config
 
 

@@ -1,8 +1,9 @@
-"""Reranking (core.tasks `rerank`): a query and candidate texts -> one relevance score per text.
+"""Reranking (an unlabelled CONTEXTS task of core.tasks, e.g. `rerank`): a query and candidate
+texts -> one relevance score per text.
 
-Any pair network trained for answer selection (an entailment-task network with the labels
-"0" = irrelevant, "1" = relevant, as WikiQA is read) scores each (query, text) pair on its own;
-`PairReranker` runs it over a list. The score is the pair's log-odds of "relevant"
+Any pair network trained for answer selection (a network of a labelled PAIR task with the
+labels "0" = irrelevant, "1" = relevant, as WikiQA is read) scores each (query, text) pair on
+its own; `PairReranker` runs it over a list. The score is the pair's log-odds of "relevant"
 (logit_relevant - logit_irrelevant), so sigmoid(score) is the network's P(relevant), as TEI's
 rerank answers sigmoid scores unless asked for raw ones. Every pair is scored apart, so a text's
 score does not depend on the other texts of its list, nor on the padding of the batch.
@@ -16,6 +17,7 @@ import dataclasses
 
 import torch
 
+from core.tasks import TASKS, TaskForm
 from models.base import PAD_ID, TextClassifier, adapter
 
 # an id that is not padding, put in the first position of a padded text slot so the pair
@@ -23,15 +25,21 @@ from models.base import PAD_ID, TextClassifier, adapter
 FILLER_ID = 1
 
 
-@adapter("rerank")
+@adapter(TaskForm.CONTEXTS, labelled=False)
 class PairReranker(TextClassifier):
-    """A pair network (entailment task, two labels) served as a reranker."""
+    """A pair network (a labelled PAIR task, two labels) served as a network of an unlabelled
+    CONTEXTS task whose one output scores each text of the list (`task`)."""
 
-    def __init__(self, pair: TextClassifier, relevant: int = 1) -> None:
-        if pair.config.task != "entailment" or pair.config.num_labels != 2:
-            raise ValueError(f"a reranker wraps a two-label entailment network, not a {pair.config.num_labels}-label "
+    def __init__(self, pair: TextClassifier, relevant: int = 1, *, task: str) -> None:
+        trained = TASKS.get(pair.config.task)
+        if trained is None or trained.form is not TaskForm.PAIR or not trained.labelled or pair.config.num_labels != 2:
+            raise ValueError(f"a reranker wraps a two-label network of a pair task, not a {pair.config.num_labels}-label "
                              f"{pair.config.task} network")
-        super().__init__(dataclasses.replace(pair.config, task="rerank"))
+        served = TASKS.get(task)
+        if served is None or served.form is not TaskForm.CONTEXTS or served.labelled or served.outputs != (served.per_text,):
+            raise ValueError(f"a reranker serves an unlabelled task of a text and a list of texts with one score per "
+                             f"text, not {task!r}")
+        super().__init__(dataclasses.replace(pair.config, task=task))
         self.pair = pair
         self.relevant = relevant
 
