@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from core.tasks import TaskForm
 from models import TASKS, TextClassifier
 from models.abcnn import attention_matrix
 from models.layers import zero_padding
@@ -40,37 +41,44 @@ OUTPUT = "explanation"
 
 
 def explanation_spec(network: TextClassifier) -> ExplanationOutput | None:
-    """What `expose_explanation` adds for this network, or None when it has no token attention."""
+    """What `expose_explanation` adds for this network, or None when it has no token attention.
+    Rows and columns are the graph inputs of the task's fields, by its form (never its name)."""
     config = network.config
     family = type(network).__name__
-    task = config.task
+    task = TASKS[config.task]
+    inputs = task.inputs
     if family == "AttConv":
-        if task == "classification":
-            return ExplanationOutput(output=OUTPUT, kind="alignment", rows="input_ids", columns="input_ids",
+        if task.form is TaskForm.TEXT:
+            return ExplanationOutput(output=OUTPUT, kind="alignment", rows=inputs[0], columns=inputs[0],
                                      method="AttConv attention of each token over the text's tokens (softmax of the "
                                             "matching scores, eq. 4): the weights of its attentive context")
-        if task == "entailment":
-            return ExplanationOutput(output=OUTPUT, kind="alignment", rows="hypothesis_ids", columns="premise_ids",
-                                     method="AttConv attention of each hypothesis token over the premise tokens "
+        if task.form is TaskForm.PAIR:  # tx = the second text, ty = the first (models.attconv)
+            first, second = task.field_names
+            return ExplanationOutput(output=OUTPUT, kind="alignment", rows=inputs[1], columns=inputs[0],
+                                     method=f"AttConv attention of each {second} token over the {first} tokens "
                                             "(softmax of the matching scores, eq. 4): the weights of its attentive context")
+        if task.form is not TaskForm.CONTEXTS:
+            raise ValueError(f"no AttConv explanation for {task.form.value} task {task.name!r}")
+        text, many = task.field_names
         conc = config.multi_context == "conc"
         return ExplanationOutput(
-            output=OUTPUT, kind="alignment", rows="claim_ids", columns="evidence_ids",
+            output=OUTPUT, kind="alignment", rows=inputs[0], columns=inputs[1],
             layout="evidence_concatenated" if conc else "evidence_slots", normalize_rows=conc,
-            method="AttConv attention of each claim token over the evidence tokens (softmax of the matching scores, "
-                   "eq. 4)" + (" over all evidence at once, shown per evidence and normalised within it"
-                               if conc else ", per evidence sentence")
-                   + "; share: " + ("the claim's attention mass on the evidence" if conc else
-                                    "the fraction of claim-vector dimensions this evidence won in the context-wise max"))
+            method=f"AttConv attention of each {text} token over the {many} tokens (softmax of the matching scores, "
+                   f"eq. 4)" + (f" over all {many} at once, shown per {many} and normalised within it"
+                                if conc else f", per {many} sentence")
+                   + "; share: " + (f"the {text}'s attention mass on the {many}" if conc else
+                                    f"the fraction of {text}-vector dimensions this {many} won in the context-wise max"))
     if family == "ABCNN" and config.variant in ("abcnn-1", "abcnn-3"):
-        return ExplanationOutput(output=OUTPUT, kind="alignment", rows="premise_ids", columns="hypothesis_ids",
+        second = task.field_names[1]
+        return ExplanationOutput(output=OUTPUT, kind="alignment", rows=inputs[0], columns=inputs[1],
                                  normalize_rows=True,
                                  method="ABCNN attention matrix of the first block (match score 1 / (1 + |h - p|) "
-                                        "between word vectors, eq. 2), each hypothesis row normalised to sum to 1: "
+                                        f"between word vectors, eq. 2), each {second} row normalised to sum to 1: "
                                         "it shows which words look alike, not which ones the decision rests on "
                                         "(README, 'Are the weights faithful?')")
     if family == "ACTForClassification" and config.variant == "act":
-        return ExplanationOutput(output=OUTPUT, kind="token_weights", rows="input_ids",
+        return ExplanationOutput(output=OUTPUT, kind="token_weights", rows=inputs[0],
                                  method="ACT global attention: the pooler's softmax weight of each token in the "
                                         "text's representation")
     return None
@@ -117,7 +125,7 @@ def _tensor_name(graph, network: TextClassifier) -> str:
 def expected_shape(spec: ExplanationOutput, by_name: dict[str, np.ndarray]) -> tuple[int, ...]:
     """The explanation output's shape for the graph inputs `by_name`."""
     if spec.kind == "token_weights":
-        return tuple(by_name["input_ids"].shape)
+        return tuple(by_name[spec.rows].shape)
     rows, columns = by_name[spec.rows], by_name[spec.columns]
     if spec.layout == "evidence_slots":  # (B*K, Lc, Le)
         return (columns.shape[0] * columns.shape[1], rows.shape[1], columns.shape[2])

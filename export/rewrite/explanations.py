@@ -32,7 +32,8 @@ def convert(bundle: Path, multi_context: str = "wise") -> dict:
     config = read_config(config_path)
     if config.explanation is not None:
         raise SystemExit(f"{bundle}: already exposes {config.explanation.output!r}")
-    overrides = {"multi_context": multi_context} if config.task == "verification" else {}
+    # multi_context is read by networks of a task with a list of texts (AttConv's context-wise or -conc)
+    overrides = {"multi_context": multi_context} if TASKS[config.task].list_field is not None else {}
     stand_in = build_network(config.architecture, task=config.task, vocab_size=32,
                              num_labels=len(config.labels), **overrides)
     model_path = bundle / "model.onnx"
