@@ -152,3 +152,30 @@ def test_a_time_budget_ends_training_in_time_and_keeps_the_best_weights(tmp_path
     assert result.dev["accuracy"] == pytest.approx(best["dev_accuracy"])  # the kept weights are the best
     summary = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert summary["out_of_time"] and summary["time_budget_minutes"] == pytest.approx(budget_s / 60)
+
+
+def test_the_budget_does_not_time_the_cold_first_pass_over_the_dev_probe(tmp_path, monkeypatch):
+    """The first forward pass pays one-off costs (on a GPU: the CUDA context, kernel loading) that
+    no later evaluation pays. Timing it took an evaluation for far more than it costs and ended the
+    first GPU run's FEVER training after 233 of 2,533 steps; the trainer times a second pass."""
+    import training.trainer
+
+    monkeypatch.setattr(training.time_budget, "SAVE_SECONDS", 0.5)
+    real_predict = training.trainer.predict_logits
+    calls = []
+
+    def cold_first_call(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(2.0)  # a cold start: 2 s for a pass that takes milliseconds afterwards
+        return real_predict(*args, **kwargs)
+
+    monkeypatch.setattr(training.trainer, "predict_logits", cold_first_call)
+    task = "entailment"
+    recipe = make_recipe(task, "attconv-light", SMALL_ATTCONV, epochs=10_000, eval_every=5, lr=0.01)
+    result = train(recipe, tmp_path / "run", progress=False, threads=1, splits=make_splits(task),
+                   time_budget_minutes=8.0 / 60)
+    steps = max(h["step"] for h in result.history)
+    # timed cold, the probe's 2 s extrapolated over dev, test and the closing work exceed the 8 s
+    # budget at once, and training ends before its first evaluation (5 steps)
+    assert steps >= 20, f"only {steps} steps in an 8 s budget"
