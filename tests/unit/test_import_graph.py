@@ -85,6 +85,15 @@ def test_no_import_circle(packages):
     assert circles(module_graph(packages)) == []
 
 
+ALL_PACKAGES = tuple(sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name != "tests"))
+
+
+def test_no_import_circle_across_every_package():
+    """Every package of the repository at once (a circle through cli/ or bench/ counts too)."""
+    assert {"core", "models", "training", "export", "service", "scoring", "cli", "bench"} <= set(ALL_PACKAGES)
+    assert circles(module_graph(ALL_PACKAGES)) == []
+
+
 def imported_roots(package: str) -> set[str]:
     """The top-level names every module of `package` imports (module level or in a function)."""
     roots = set()
@@ -120,7 +129,7 @@ def test_the_routers_are_imported_at_module_level():
 
 def test_no_test_reaches_into_tools_through_sys_path():
     """tools/ holds probes run by hand; the harnesses the tests share are importable modules
-    (bench.reliability, bench.servers, tests/ helpers), not files put on sys.path."""
+    (bench.harness, bench.servers, tests/ helpers), not files put on sys.path."""
     offenders = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
