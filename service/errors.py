@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from core.tasks import TASKS, Task
 from service.settings import Settings
 
 log = logging.getLogger("service.errors")
@@ -195,7 +197,7 @@ def _not_found(request: Request) -> tuple[str, dict[str, Any]]:
         # the protocol's error is one string: the /v2 endpoints go in it
         return f"no endpoint {where}; the Open Inference Protocol endpoints: " + \
             ", ".join(e for e in listed if " /v2" in e), {}
-    inference = ", ".join(f"POST {path}" for path in ENDPOINT_BODIES)
+    inference = ", ".join(f"POST {path}" for path in inference_endpoints())
     return (f"no endpoint {where}; the endpoints are listed in \"endpoints\" (inference: {inference})"), \
         {"endpoints": listed}
 
@@ -226,13 +228,19 @@ def _method_not_allowed(request: Request, headers: dict[str, str] | None) -> tup
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
+def generic_input(fields: Sequence[tuple[str, bool]]) -> str:
+    """One input with a placeholder for each text, as the messages write it: `fields` are
+    (name, holds a list of texts): {"claim": "...", "evidence": ["...", ...]}."""
+    return "{" + ", ".join(f'"{name}": ' + ('["...", ...]' if many else '"..."') for name, many in fields) + "}"
+
+
 @dataclass(frozen=True)
 class EndpointBody:
     """What an endpoint's JSON body takes, as its error messages say it: an example of each
     form (the "send ..." hint), the fields of one input, and every field the body takes
     anywhere (the did-you-mean candidates). Registered by the module that defines the body
-    (service.schemas for the tasks of core.tasks, service.zero_shot), so no message lists a
-    field the endpoint does not take."""
+    (service.schemas for every task of core.tasks, made from its registry entry by `of_task`;
+    service.zero_shot), so no message lists a field the endpoint does not take."""
 
     example: str
     input_fields: tuple[str, ...]
@@ -244,13 +252,30 @@ class EndpointBody:
         """The fields that go once per request, at the top level (model, explain, ...)."""
         return tuple(f for f in self.fields if f not in self.input_fields and f != "inputs")
 
+    @classmethod
+    def of_task(cls, task: Task, fields: Sequence[str], batch: bool) -> "EndpointBody":
+        """A task's body from its registry entry: the example is the task's own (`Task.example`,
+        else a placeholder for each of its texts), the batch form's a list of placeholders;
+        `fields`: every field the body takes (the schema's), `batch`: whether it has the batch form."""
+        generic = generic_input([(f.name, f.many) for f in task.fields])
+        one = json.dumps(task.example, ensure_ascii=False) if task.example else generic
+        example = f'{one} or {{"inputs": [{generic}, ...]}}' if batch else one
+        return cls(example, task.field_names, tuple(fields), batch)
 
-# path -> its body, in registration order (the 404's list of inference endpoints)
+
+# path -> its body, in registration order
 ENDPOINT_BODIES: dict[str, EndpointBody] = {}
 
 
 def register_body(path: str, body: EndpointBody) -> None:
     ENDPOINT_BODIES[path] = body
+
+
+def inference_endpoints() -> list[str]:
+    """The inference endpoints a 404 names: every task's of the registry, then the others with a
+    registered body (/zero-shot)."""
+    tasks = [task.endpoint for task in TASKS.values()]
+    return tasks + [path for path in ENDPOINT_BODIES if path not in tasks]
 
 
 MAX_REPORTED = 3

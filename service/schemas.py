@@ -4,18 +4,20 @@ Each inference endpoint takes a single input (`{"premise", "hypothesis", "model"
 batch (`{"inputs": [...], "model"?}`). The form is picked by the presence of `inputs`, so a
 validation error speaks only about the form the client meant. A labelled task's schemas are
 made from its entry in the task registry (core.tasks, `labelled_schemas`); a task that follows
-an outside API (rerank: TEI's) has them written here (`EXTERNAL_CONTRACTS`).
+an outside API (rerank: TEI's) declares its contract in its own module (`contract_schemas`).
 """
 
 from __future__ import annotations
 
-import math
+import importlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, Tag,
                       create_model, model_validator)
 
+import core.tasks
 from core.tasks import TASKS, Task
 from service.errors import EndpointBody, close_field, register_body
 
@@ -150,48 +152,6 @@ class BatchPredictions(BaseModel):
     results: list[Prediction]
 
 
-# --- rerank: TEI's contract ----------------------------------------------------------------------
-
-class RerankRequest(_Body):
-    """TEI's rerank request, plus `model`. Texts longer than the model's max length are cut
-    (`truncate` defaults to true here: these models read at most a few dozen tokens per text);
-    `truncate: false` asks for a 422 instead, as TEI answers it."""
-
-    endpoint_fields = ("query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", "model",
-                       "version")
-    explain: ClassVar[bool] = False  # no attention is exposed for reranking
-    query: Text
-    texts: list[Text] = Field(min_length=1, description="the candidate texts; at most the model's max_evidence")
-    raw_scores: StrictBool = Field(False, description="true: each text's log-odds of relevance; false: its sigmoid, a "
-                             "probability in [0, 1]")
-    return_text: StrictBool = Field(False, description="also return each text")
-    truncate: Truncate = True
-    truncation_direction: Literal["Right", "right"] = Field("Right", description="texts are cut at the right only")
-    model: ModelName = None
-    version: ModelVersion = None
-
-
-class Rank(BaseModel):
-    index: int = Field(description="the text's position in the request's `texts`")
-    score: float = Field(description="its relevance: a probability, or with raw_scores the log-odds")
-    text: str | None = Field(None, description="the text, when the request asked for it (return_text)")
-
-
-def _sigmoid(x: float) -> float:
-    z = math.exp(-abs(x))  # never overflows
-    return 1.0 / (1.0 + z) if x >= 0 else z / (1.0 + z)
-
-
-def rerank_answer(body: RerankRequest, results: list[dict]) -> list[dict]:
-    """TEI's rerank answer: the texts by score, best first (ties: request order)."""
-    [result] = results
-    scores = result["scores"] if body.raw_scores else [_sigmoid(s) for s in result["scores"]]
-    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    if body.return_text:
-        return [{"index": i, "score": scores[i], "text": body.texts[i]} for i in order]
-    return [{"index": i, "score": scores[i]} for i in order]
-
-
 @dataclass(frozen=True)
 class TaskSchemas:
     """A task's request body (one input or a batch, told apart by `inputs`) and its answer
@@ -203,6 +163,7 @@ class TaskSchemas:
     answer: Any
     batch_answer: type[BaseModel] | None = None
     answer_of: Callable[[Any, list[dict]], Any] | None = None
+    fields: tuple[str, ...] = ()  # every field the body takes anywhere (its error messages')
 
     @property
     def has_batch_form(self) -> bool:
@@ -219,6 +180,13 @@ def _described(description: str) -> dict[str, str]:
     return {"description": description} if description else {}
 
 
+def _text_fields(task: Task) -> dict[str, Any]:
+    """The request fields of a task's texts: a text, or a list of at least one text."""
+    return {f.name: (list[Text], Field(min_length=1, **_described(f.description))) if f.many
+            else (Text, Field(**_described(f.description)))
+            for f in task.fields}
+
+
 def labelled_schemas(task: Task) -> TaskSchemas:
     """The schemas of a labelled task, made from its registry entry, so that a new task needs
     no code here. With the prefix `task.label.capitalize()` ("Verify"):
@@ -227,18 +195,15 @@ def labelled_schemas(task: Task) -> TaskSchemas:
     output `<Prefix>Prediction` / `<Prefix>BatchPredictions` (else the shared `Prediction` /
     `BatchPredictions`). The class names are the OpenAPI component names."""
     if not task.labelled:
-        raise ValueError(f"task {task.name}: not labelled; its contract goes in EXTERNAL_CONTRACTS")
+        raise ValueError(f"task {task.name}: not labelled; its module declares its contract (REQUEST_OPTIONS, "
+                         "ANSWER, answer_of: contract_schemas)")
     clash = set(task.field_names) & set(_REQUEST_FIELDS)
     if clash or task.per_text in Prediction.model_fields:
         # a text named "model" would shadow the request's, a per-text "scores" the label scores
         raise ValueError(f"task {task.name}: field {sorted(clash) or [task.per_text]} is taken by the request "
                          "or the answer")
     prefix = task.label.capitalize()
-    texts: dict[str, Any] = {
-        f.name: (list[Text], Field(min_length=1, **_described(f.description))) if f.many
-        else (Text, Field(**_described(f.description)))
-        for f in task.fields
-    }
+    texts = _text_fields(task)
     endpoint_fields = (*task.field_names, *_REQUEST_FIELDS)
     # `endpoint_fields` is set on the classes made, not passed to create_model: it is a ClassVar
     # of _Body, not a field
@@ -252,28 +217,57 @@ def labelled_schemas(task: Task) -> TaskSchemas:
                          version=(ModelVersion, None), explain=(Explain, False), truncate=(Truncate, True))
     batch.endpoint_fields = endpoint_fields
     body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(_form)]
-    one_example = "{" + ", ".join(f'"{f.name}": ' + ('["...", ...]' if f.many else '"..."') for f in task.fields) + "}"
-    register_body(task.endpoint, EndpointBody(f'{one_example} or {{"inputs": [{one_example}, ...]}}',
-                                              task.field_names, endpoint_fields, batch=True))
     if task.per_text is None:
-        return TaskSchemas(body, Prediction, BatchPredictions)
+        return TaskSchemas(body, Prediction, BatchPredictions, fields=endpoint_fields)
     prediction = create_model(f"{prefix}Prediction", __base__=Prediction, __module__=__name__,
                               **{task.per_text: (list[float], Field(**_described(task.per_text_description)))})
     predictions = create_model(f"{prefix}BatchPredictions", __module__=__name__, results=(list[prediction], ...))
-    return TaskSchemas(body, prediction, predictions)
+    return TaskSchemas(body, prediction, predictions, fields=endpoint_fields)
 
 
-# tasks whose request and answer follow an outside API's contract, written by hand above
-EXTERNAL_CONTRACTS: dict[str, TaskSchemas] = {
-    "rerank": TaskSchemas(RerankRequest, list[Rank], answer_of=rerank_answer),
-}
+# --- tasks that follow an outside API: their contract is their module's ----------------------------
+
+def contract_of(task: Task) -> ModuleType | None:
+    """The module of `task` (core/tasks/<name>.py) when it declares an outside API's contract
+    (its `ANSWER` and `answer_of`, and `REQUEST_OPTIONS`), else None."""
+    module = importlib.import_module(f"{core.tasks.__name__}.{task.name}")
+    return module if hasattr(module, "ANSWER") else None
+
+
+def contract_schemas(task: Task, module: ModuleType) -> TaskSchemas:
+    """The schemas of a task whose module declares its contract (rerank: TEI's): the request,
+    `<Prefix>Request`, takes the task's texts, the module's `REQUEST_OPTIONS` fields, then
+    `truncate`, `model` and `version`, with the service's handling of unknown fields (_Body); no
+    batch form, no `explain` (the routes read it as false); the answer is the module's
+    `ANSWER`, shaped by its `answer_of(body, results)`."""
+    options: type[BaseModel] | None = getattr(module, "REQUEST_OPTIONS", None)
+    extra = {name: (info.annotation, info) for name, info in (options.model_fields if options else {}).items()}
+    clash = (set(task.field_names) | set(extra)) & {"model", "version", "truncate", "explain", "inputs"}
+    if clash:
+        raise ValueError(f"task {task.name}: field {sorted(clash)} is taken by the request")
+    texts = _text_fields(task)
+    request = create_model(f"{task.label.capitalize()}Request", __base__=_Body, __module__=__name__,
+                           __doc__=(options.__doc__ if options is not None else None) or task.summary,
+                           **texts, **extra, truncate=(Truncate, True), model=(ModelName, None),
+                           version=(ModelVersion, None))
+    request.endpoint_fields = tuple(request.model_fields)
+    request.explain = False  # a class attribute, not a field: no attention is exposed
+    return TaskSchemas(request, module.ANSWER, answer_of=module.answer_of, fields=request.endpoint_fields)
+
+
+def _schemas(task: Task) -> TaskSchemas:
+    module = contract_of(task)
+    return contract_schemas(task, module) if module is not None else labelled_schemas(task)
+
 
 # task name (core.tasks) -> its schemas; the routes are made from this and the task registry
-TASK_SCHEMAS: dict[str, TaskSchemas] = {
-    name: EXTERNAL_CONTRACTS.get(name) or labelled_schemas(task) for name, task in TASKS.items()
-}
-register_body(TASKS["rerank"].endpoint, EndpointBody('{"query": "...", "texts": ["...", ...]}', ("query", "texts"),
-                                                     RerankRequest.endpoint_fields, batch=False))
+TASK_SCHEMAS: dict[str, TaskSchemas] = {name: _schemas(task) for name, task in TASKS.items()}
+# the tasks whose request and answer follow an outside API's contract, declared by their module
+EXTERNAL_CONTRACTS: dict[str, TaskSchemas] = {name: TASK_SCHEMAS[name] for name, task in TASKS.items()
+                                              if contract_of(task) is not None}
+for _name, _task in TASKS.items():
+    register_body(_task.endpoint, EndpointBody.of_task(_task, TASK_SCHEMAS[_name].fields,
+                                                       batch=TASK_SCHEMAS[_name].has_batch_form))
 
 
 class ErrorDetail(BaseModel):

@@ -40,18 +40,22 @@ from typing import Annotated, Any, ClassVar
 from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
-from service.errors import EndpointBody, InvalidInput, WrongTask, excerpt, register_body
+from core.tasks import entailment
+from service.errors import EndpointBody, InvalidInput, WrongTask, excerpt, generic_input, register_body
 from service.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
 from service.schemas import ErrorBody, ModelName, Text, Truncate, _Body
 
 ENDPOINT = "/zero-shot"
 LABEL = "zero_shot"  # the `endpoint` metric label
-TASK = "entailment"  # the task whose models answer
+TASK = entailment.TASK.name  # the task whose models answer: a declared dependency on its module
+# the pair's two texts, in the entailment task's order: the text, then each label's hypothesis
+PREMISE, HYPOTHESIS = entailment.TASK.field_names
 MAX_CANDIDATE_LABELS = 32
 DEFAULT_TEMPLATE = "This example is {}."
 PLACEHOLDER = "{}"
-# the label names that mean "the hypothesis follows" / "the hypothesis is false", as bundles spell them
-ENTAILMENT_LABELS = ("entailment", "entails", "entailed")
+# the label names that mean "the hypothesis follows" (the entailment task's own list) / "the
+# hypothesis is false", as bundles spell them
+ENTAILMENT_LABELS = entailment.ENTAILING_LABELS
 CONTRADICTION_LABELS = ("contradiction", "contradicts", "contradicted")
 
 
@@ -92,9 +96,14 @@ class ZeroShotRequest(_Body):
     truncate: Truncate = True
 
 
-register_body("/zero-shot", EndpointBody('{"text": "...", "candidate_labels": ["...", ...]}',
-                                         ("text", "candidate_labels", "hypothesis_template", "multi_label"),
-                                         ZeroShotRequest.endpoint_fields, batch=False))
+# one input: the text and its labels (the template and multi_label have defaults)
+INPUT_FIELDS = ("text", "candidate_labels", "hypothesis_template", "multi_label")
+register_body(ENDPOINT, EndpointBody(generic_input([("text", False), ("candidate_labels", True)]), INPUT_FIELDS,
+                                     ZeroShotRequest.endpoint_fields, batch=False))
+# the explanation page's example (service.ui)
+EXAMPLE = {"text": "Shares in the bank fell sharply after it reported a loss for the quarter.",
+           "candidate_labels": ["business", "sport", "politics", "technology"],
+           "hypothesis_template": DEFAULT_TEMPLATE}
 
 
 class ZeroShotAnswer(BaseModel):
@@ -153,14 +162,14 @@ def zero_shot_answer(body: ZeroShotRequest, pair_answers: list[dict], model_labe
             "unknown_token_share": max(a["unknown_token_share"] for a in pair_answers)}
 
 
-_INPUT_FIELD = re.compile(r"inputs\[(\d+)\]\.(premise|hypothesis)")
+_INPUT_FIELD = re.compile(rf"inputs\[(\d+)\]\.({re.escape(PREMISE)}|{re.escape(HYPOTHESIS)})")
 
 
 def _in_request_terms(message: str, body: ZeroShotRequest) -> str:
     """An engine error names the pairs as /entailment would ("inputs[3].hypothesis"): say it
     in this request's fields ("text", "candidate_labels[3]")."""
     def field(match: re.Match) -> str:
-        if match.group(2) == "premise":
+        if match.group(2) == PREMISE:
             return "text"
         return f"candidate_labels[{match.group(1)}] (its hypothesis)"
     return _INPUT_FIELD.sub(field, message)
@@ -177,7 +186,7 @@ async def zero_shot(body: ZeroShotRequest, request: Request) -> Response:
     service = _service(request)
     entry = service.resolve(body.model, TASK)
     label_roles(entry.config.labels, entry.name)  # before any work: a model that cannot answer
-    pairs = [SimpleNamespace(premise=body.text, hypothesis=hypothesis(body.hypothesis_template, label))
+    pairs = [SimpleNamespace(**{PREMISE: body.text, HYPOTHESIS: hypothesis(body.hypothesis_template, label)})
              for label in body.candidate_labels]
     try:
         results, headers = await run(service, request.scope.setdefault("state", {}), request.receive, entry, pairs,

@@ -21,7 +21,7 @@ CASES = [
      ["text:", "either one input or a batch", '"inputs"']),
     # unknown fields are ignored (docs/errors.md), but not a near miss of a field the endpoint takes
     ("/classify", {"text": "ok", "modle": "x"}, 422, "invalid_input",
-     ["modle: unknown field; did you mean 'model'?", '{"text": "..."}']),
+     ["modle: unknown field; did you mean 'model'?", '{"inputs": [{"text": "..."}, ...]}']),
     ("/classify", {"text": "ok", "Explain": True}, 422, "invalid_input", ["Explain: unknown field; did you mean 'explain'?"]),
     ("/entailment", {"premise": "a", "hypothesys": "b"}, 422, "invalid_input", ["did you mean 'hypothesis'?"]),
     ("/classify", {"inputs": [{"text": "a", "model": "topic"}]}, 422, "invalid_input",
@@ -29,16 +29,16 @@ CASES = [
     ("/classify", {"text": "   "}, 422, "invalid_input", ["text: text must not be empty or whitespace-only"]),
     ("/classify", {"text": 42}, 422, "invalid_input", ["text: expected a string, got a number"]),
     ("/classify", {"inputs": []}, 422, "invalid_input", ["inputs: empty list", "at least one"]),
-    ("/classify", [{"text": "a"}], 422, "invalid_input", ["body: expected a JSON object, got a list", '{"text": "..."}']),
+    ("/classify", [{"text": "a"}], 422, "invalid_input", ["body: expected a JSON object, got a list", '{"text": "']),
     ("/entailment", {"premise": "a"}, 422, "invalid_input",
-     ["hypothesis: required field missing", '{"premise": "...", "hypothesis": "..."}']),
+     ["hypothesis: required field missing", '{"inputs": [{"premise": "...", "hypothesis": "..."}, ...]}']),
     ("/entailment", {"inputs": [{"premise": "a", "hypothesis": "b"}, {"premise": "a", "hypothesis": 3}]}, 422,
      "invalid_input", ["inputs[1].hypothesis: expected a string, got a number"]),
     ("/verify", {"claim": "a", "evidence": "not a list"}, 422, "invalid_input",
      ["evidence: expected a list, got a string"]),
     ("/verify", {"claim": "a", "evidence": ["ok", 7]}, 422, "invalid_input", ["evidence[1]: expected a string"]),
     ("/classify", b'{"text": "a', 422, "invalid_input", ["body: not valid JSON", "at character"]),
-    ("/classify", b"", 422, "invalid_input", ["body: empty", '{"text": "..."}']),
+    ("/classify", b"", 422, "invalid_input", ["body: empty", '{"inputs": [{"text": "..."}, ...]}']),
     ("/classify", {"text": None}, 422, "invalid_input", ["text: expected a string, got null"]),
     ("/entailment", {"inputs": {"premise": "a", "hypothesis": "b"}}, 422, "invalid_input",
      ["inputs: expected a list, got an object"]),
@@ -163,25 +163,51 @@ def test_the_limit_clause_names_real_settings():
 
 
 def test_each_endpoints_errors_name_the_fields_it_takes(service_bundles):
-    """The examples and did-you-mean candidates come from the bodies the endpoints validate
-    (service.errors.ENDPOINT_BODIES): /rerank's 422 offers TEI's fields, not `inputs`."""
-    from service.errors import ENDPOINT_BODIES
-    from service.schemas import RerankRequest
+    """The examples and did-you-mean candidates come from the task registry and the bodies the
+    endpoints validate (service.errors.ENDPOINT_BODIES): every task's 422 example is its
+    registry example (Task.example), its fields its registry fields and its schema's;
+    /rerank's 422 offers TEI's fields, not `inputs`."""
+    from core.tasks import TASKS
+    from service.errors import ENDPOINT_BODIES, generic_input
+    from service.schemas import TASK_SCHEMAS
 
-    assert set(ENDPOINT_BODIES) >= {"/classify", "/entailment", "/verify", "/rerank"}
-    rerank = ENDPOINT_BODIES["/rerank"]
-    assert not rerank.batch and set(rerank.fields) == set(RerankRequest.endpoint_fields)
+    assert [path for path in ENDPOINT_BODIES if path in {t.endpoint for t in TASKS.values()}] == \
+        [t.endpoint for t in TASKS.values()]
+    for name, task in TASKS.items():
+        body, schemas = ENDPOINT_BODIES[task.endpoint], TASK_SCHEMAS[name]
+        one = json.dumps(task.example)
+        generic = generic_input([(f.name, f.many) for f in task.fields])
+        assert body.example == (f'{one} or {{"inputs": [{generic}, ...]}}' if schemas.has_batch_form else one), name
+        assert body.input_fields == task.field_names and body.batch == schemas.has_batch_form, name
+        assert set(body.fields) == set(schemas.fields) and set(task.field_names) <= set(body.fields), name
+    rerank = ENDPOINT_BODIES[TASKS["rerank"].endpoint]
+    assert not rerank.batch and set(rerank.fields) == set(TASK_SCHEMAS["rerank"].body.endpoint_fields) == {
+        "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", "model", "version"}
 
     async def scenario():
         async with running_app(Settings(model_repository=service_bundles)) as (app, client):
-            return (await client.post("/rerank", json={"query": "q", "textz": ["a"]}),
+            missing = {name: await client.post(task.endpoint, json={}) for name, task in TASKS.items()}
+            return (missing,
+                    await client.post("/rerank", json={"query": "q", "textz": ["a"]}),
                     await client.post("/rerank", json={"query": "q", "texts": ["a"], "raw_score": True}),
+                    await client.post("/rerank", json={"query": "q", "texts": ["a"], "inputs": [{"query": "q"}]}),
                     await client.post("/classify", json={"inputs": [{"text": "a", "version": "1"}]}),
                     await client.get("/nothing"))
-    missing, near, misplaced, not_found = asyncio.run(scenario())
-    message = missing.json()["error"]["message"]
-    assert missing.status_code == 422 and '{"query": "...", "texts": ["...", ...]}' in message
+    missing, textz, near, inputs, misplaced, not_found = asyncio.run(scenario())
+    for name, task in TASKS.items():
+        r = missing[name]
+        assert r.status_code == 422, (name, r.text)
+        message = r.json()["error"]["message"]
+        for f in task.fields:
+            assert f"{f.name}: required field missing" in message, (name, message)
+        assert message.endswith(f"; send {ENDPOINT_BODIES[task.endpoint].example}"), (name, message)
+        assert json.dumps(task.example) in message, (name, message)
+    message = textz.json()["error"]["message"]
+    assert textz.status_code == 422 and json.dumps(TASKS["rerank"].example) in message
     assert "inputs" not in message and "explain" not in message
     assert "did you mean 'raw_scores'" in near.json()["error"]["message"]
+    # `inputs` is no field of TEI's request: ignored, not refused (the test bundles hold no reranker: 404)
+    assert inputs.status_code != 422 and inputs.headers.get("x-attserve-ignored-fields") in (None, "inputs"), inputs.text
     assert "goes at the top level" in misplaced.json()["error"]["message"]
-    assert "POST /rerank" in not_found.json()["error"]["message"]
+    message = not_found.json()["error"]["message"]
+    assert "inference: " + ", ".join(f"POST {t.endpoint}" for t in TASKS.values()) + ", POST /zero-shot" in message

@@ -12,9 +12,11 @@ from service.cache import ResponseCache
 from service.engine import Engine, warm_up
 from service.metrics import Metrics
 from service.runtime import ModelRuntime
-from service.schemas import RerankRequest
+from service.schemas import TASK_SCHEMAS
 from service.settings import Settings
 from tests.bundles import metric_samples, running_app
+
+RerankRequest = TASK_SCHEMAS["rerank"].body  # TEI's request, made from core/tasks/rerank.py
 
 SENTIMENT = {"text": "i loved every minute of this book", "model": "sentiment"}
 

@@ -107,10 +107,48 @@ def test_a_task_field_may_not_take_a_request_or_answer_name():
                                       per_text="scores"))
 
 
-def test_rerank_keeps_the_tei_contract():
+def test_rerank_keeps_the_tei_contract_declared_by_its_module():
+    """rerank's TEI contract is its module's (core/tasks/rerank.py: REQUEST_OPTIONS, ANSWER,
+    answer_of); the service builds the request from it with its own unknown-field handling."""
+    from core.tasks import rerank as module
+
     rerank = schemas.TASK_SCHEMAS["rerank"]
-    assert rerank is schemas.EXTERNAL_CONTRACTS["rerank"]
-    assert rerank.body is schemas.RerankRequest and rerank.answer == list[schemas.Rank]
-    assert rerank.answer_of is schemas.rerank_answer and rerank.batch_answer is None and not rerank.has_batch_form
-    with pytest.raises(ValueError, match="EXTERNAL_CONTRACTS"):
+    assert rerank is schemas.EXTERNAL_CONTRACTS["rerank"] and set(schemas.EXTERNAL_CONTRACTS) == {"rerank"}
+    assert rerank.body.__name__ == "RerankRequest" and rerank.answer == module.ANSWER == list[module.Rank]
+    assert rerank.answer_of is module.answer_of and rerank.batch_answer is None and not rerank.has_batch_form
+    assert tuple(rerank.body.model_fields) == ("query", "texts", "raw_scores", "return_text", "truncation_direction",
+                                               "truncate", "model", "version")
+    assert rerank.body.endpoint_fields == rerank.fields == tuple(rerank.body.model_fields)
+    assert rerank.body.explain is False  # no attention for reranking: a class attribute, no field
+    body = rerank.body.model_validate({"query": "q", "texts": ["a", "b"], "top_n": 2})
+    assert (body.truncate, body.raw_scores, body.return_text, body.ignored_fields()) == (True, False, False, ["top_n"])
+    for wrong in ({"query": "q", "texts": []}, {"query": "q", "texts": ["a"], "raw_scores": 1},
+                  {"query": "q", "texts": ["a"], "truncation_direction": "Left"}, {"query": " ", "texts": ["a"]},
+                  {"query": "q", "texts": ["a"], "raw_score": True}):  # a near miss stays an error
+        with pytest.raises(ValidationError):
+            rerank.body.model_validate(wrong)
+    assert module.answer_of(body, [{"scores": [-1.0, 2.0]}]) == [
+        {"index": 1, "score": pytest.approx(0.8807970779)}, {"index": 0, "score": pytest.approx(0.2689414214)}]
+    with pytest.raises(ValueError, match="REQUEST_OPTIONS"):
         schemas.labelled_schemas(TASKS["rerank"])
+
+
+def test_a_module_contract_needs_no_schema_code():
+    """A made-up task whose module declares a contract gets its request and answer from it."""
+    from types import SimpleNamespace
+
+    from pydantic import BaseModel
+
+    class Options(BaseModel):
+        top: int = 3
+
+    task = Task("lookup", "/lookup", "lookup", "Look a query up.", (TextField("query", "query_ids"),),
+                per_text=None, labelled=False)
+    module = SimpleNamespace(REQUEST_OPTIONS=Options, ANSWER=list[int], answer_of=lambda body, results: [body.top])
+    made = schemas.contract_schemas(task, module)
+    assert made.body.__name__ == "LookupRequest" and made.fields == ("query", "top", "truncate", "model", "version")
+    assert made.answer_of(made.body.model_validate({"query": "q", "top": 5}), [{}]) == [5]
+    clashing = SimpleNamespace(REQUEST_OPTIONS=type("O", (BaseModel,), {"__annotations__": {"model": str}}),
+                               ANSWER=list[int], answer_of=None)
+    with pytest.raises(ValueError, match="model"):
+        schemas.contract_schemas(task, clashing)
