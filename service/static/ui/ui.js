@@ -5,40 +5,19 @@
 "use strict";
 
 (() => {
-  // Task -> its endpoint (relative to /ui/, so the page works behind a path prefix) and fields.
-  const TASKS = {
-    classification: { endpoint: "../classify", fields: ["text"] },
-    entailment: { endpoint: "../entailment", fields: ["premise", "hypothesis"] },
-    verification: { endpoint: "../verify", fields: ["claim", "evidence"] },
-    // TEI's rerank: scores per text, no labels and no explanation
-    rerank: { endpoint: "../rerank", fields: ["query", "texts"] },
-    // candidate labels as entailment hypotheses (service.zero_shot): the entailment task's models
-    zero_shot: { endpoint: "../zero-shot", fields: [], modelsOf: "entailment" },
-  };
-  // Fields that hold a list: one text per line in their text box.
-  const LIST_FIELDS = new Set(["evidence", "texts"]);
-  // Accepted in ?task=: the task names and the endpoint names.
-  const TASK_ALIASES = { classify: "classification", verify: "verification", "zero-shot": "zero_shot" };
-  // The README's examples.
-  const EXAMPLES = {
-    classification: { text: "Shares in the bank fell sharply after it reported a loss for the quarter." },
-    entailment: { premise: "A man is playing a guitar on stage.", hypothesis: "A man is performing music." },
-    verification: {
-      claim: "A dog is running in the snow.",
-      evidence: "Two people sit at a cafe table.\nA brown dog runs through deep snow.\nA child paints a fence.",
-    },
-    rerank: {
-      query: "how are glacier caves formed?",
-      texts: "A glacier cave is a cave formed within the ice of a glacier.\n"
-        + "The ice facade is approximately 60 m high.\n"
-        + "Glacier caves are often called ice caves, but this term is properly used to describe bedrock caves that contain year-round ice.",
-    },
-    zero_shot: {
-      "zs-text": "Shares in the bank fell sharply after it reported a loss for the quarter.",
-      "candidate-labels": "business\nsport\npolitics\ntechnology",
-      "hypothesis-template": "This example is {}.",
-    },
-  };
+  // The tasks come from the service's task registry (tasks.json, beside this file: service/ui.py
+  // makes it from core.tasks): name -> its endpoint (relative to /ui/, so the page works behind a
+  // path prefix), its text fields (`many`: a list, one text per line), whether it is labelled,
+  // its per-text output and its example. Each task's form is made from its fields, so a new
+  // task of the registry appears here with nothing else changed.
+  const TASKS = {};
+  // Zero-shot is the page's own form (index.html), no task: candidate labels as entailment
+  // hypotheses (service.zero_shot), answered by the models of the task tasks.json names.
+  const ZERO_SHOT = "zero_shot";
+  // Accepted in ?task=: the task names, their endpoint names and paths (filled from tasks.json).
+  const TASK_ALIASES = {};
+  // task -> {field name -> its text box}
+  const inputs = {};
   const UNKNOWN_TITLE = "unknown word";
   const CUT_TITLE = "cut: beyond the model's max length";
   const NO_ATTENTION = "this model exposes no attention weights";
@@ -139,7 +118,7 @@
 
   function currentTask() {
     const checked = form.querySelector('input[name="task"]:checked');
-    return checked ? checked.value : "classification";
+    return checked ? checked.value : Object.keys(TASKS)[0];
   }
 
   function modelsOf(task) {
@@ -156,7 +135,8 @@
     for (const field of form.querySelectorAll("[data-task]")) {
       field.hidden = field.dataset.task !== task;
     }
-    $("submit").textContent = task === "rerank" || task === "zero_shot" ? "Rank" : "Explain";
+    // a labelled task's answer is explained; the others (a ranking, zero-shot's labels) are ranked
+    $("submit").textContent = TASKS[task] && TASKS[task].labelled ? "Explain" : "Rank";
     fillModels(task);
   }
 
@@ -200,7 +180,9 @@
     }
     parts.push(info.explanation ? `Weights: ${info.explanation}.` : info.explanation === null ? `Weights: ${NO_ATTENTION}.` : "");
     hint.textContent = parts.filter(Boolean).join(" ");
-    $("max-evidence").textContent = info.max_evidence ? String(info.max_evidence) : "a few";
+    for (const span of form.querySelectorAll(".max-items")) {
+      span.textContent = info.max_evidence ? String(info.max_evidence) : "a few";
+    }
   }
 
   async function loadModels() {
@@ -235,25 +217,27 @@
 
   // --- the request -----------------------------------------------------------------------
 
+  const lines = (value) => value.split(/\r?\n/).filter((line) => line.trim() !== "");
+
   function bodyOf(task) {
-    if (task === "zero_shot") {
+    if (task === ZERO_SHOT) {
       const zeroShot = {
         text: $("zs-text").value,
-        candidate_labels: $("candidate-labels").value.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== ""),
-        hypothesis_template: $("hypothesis-template").value || "This example is {}.",
+        candidate_labels: lines($("candidate-labels").value).map((l) => l.trim()),
+        hypothesis_template: $("hypothesis-template").value || TASKS[ZERO_SHOT].defaultTemplate,
         multi_label: $("multi-label").checked,
       };
       if (modelSelect.value) zeroShot.model = modelSelect.value;
       return zeroShot;
     }
+    const spec = TASKS[task];
     const body = {};
-    for (const field of TASKS[task].fields) {
-      const value = $(field).value;
-      body[field] = LIST_FIELDS.has(field) ? value.split(/\r?\n/).filter((line) => line.trim() !== "") : value;
+    for (const field of spec.fields) {
+      const value = inputs[task][field.name].value;
+      body[field.name] = field.many ? lines(value) : value;
     }
     if (modelSelect.value) body.model = modelSelect.value;
-    if (task === "rerank") body.return_text = true;
-    else body.explain = true;
+    if (spec.labelled) body.explain = true;
     return body;
   }
 
@@ -275,15 +259,19 @@
       });
       const answer = await readAnswer(response);
       const totalMs = response.headers.get("x-total-time");
-      if (task === "zero_shot") {
+      // what is drawn follows the answer's shape, not the task's name
+      if (task === ZERO_SHOT) {
         renderZeroShot(answer, totalMs);
         setStatus(`Done: ${answer.labels[0]} (${fmt(answer.scores[0])}).`);
-      } else if (task === "rerank") {
-        renderRanking(answer, totalMs);
+      } else if (isRanking(answer)) {
+        renderRanking(task, body, answer, totalMs);
         setStatus(`Done: ${answer.length} texts ranked; the best is text ${answer[0].index + 1} (${fmt(answer[0].score)}).`);
-      } else {
+      } else if (answer && typeof answer.label === "string") {
         render(task, body, answer, totalMs);
         setStatus(`Done: ${answer.label}${answer.scores ? ` (${fmt(answer.scores[answer.label])})` : ""}.`);
+      } else {
+        renderOther(task, answer, totalMs);
+        setStatus("Done.");
       }
     } catch (err) {
       result.hidden = true; // an old result under a new error would mislead
@@ -297,10 +285,21 @@
 
   // --- rendering -------------------------------------------------------------------------
 
+  // A ranking, as TEI's rerank answers it: [{index, score, text?}, ...], best first.
+  function isRanking(answer) {
+    return Array.isArray(answer) && answer.length > 0
+      && answer.every((entry) => entry && typeof entry.index === "number" && typeof entry.score === "number");
+  }
+
+  function showView(task, view) {
+    result.dataset.task = task;
+    result.dataset.view = view;
+  }
+
   function render(task, body, answer, totalMs) {
     result.querySelector(".verdict-key").textContent = "Label";
     $("result-label").textContent = answer.label;
-    result.dataset.task = task;
+    showView(task, "label");
     const meta = [answer.model];
     if (totalMs) meta.push(`${Number(totalMs).toFixed(1)} ms`);
     if (answer.truncated) meta.push("a text was cut to the model's max length");
@@ -313,41 +312,57 @@
     $("method").textContent = explanation && explanation.method ? explanation.method : "";
     if (!explanation) {
       box.append(el("p", { class: "note", text: "The service sent no explanation with this answer." }));
-    } else if (task === "verification") {
-      renderVerification(box, body, answer, explanation);
+    } else if (listField(TASKS[task])) {
+      renderContexts(box, TASKS[task], body, answer, explanation);
     } else {
       renderTexts(box, task, body, explanation);
     }
     result.hidden = false;
   }
 
-  // Rerank: the texts best first, each with its relevance (sigmoid of the pair's log-odds).
-  function renderRanking(ranking, totalMs) {
-    result.dataset.task = "rerank";
+  // A ranking (rerank): the texts best first, each with its relevance (with rerank, the sigmoid
+  // of the pair's log-odds); each text is the answer's, else the request's list field's.
+  function renderRanking(task, body, ranking, totalMs) {
+    showView(task, "ranking");
+    const list = listField(TASKS[task]);
+    const texts = list && Array.isArray(body[list.name]) ? body[list.name] : [];
     result.querySelector(".verdict-key").textContent = "Best";
     $("result-label").textContent = ranking.length ? `text ${ranking[0].index + 1}` : "no text";
     const meta = [modelSelect.value || "the default model"];
     if (totalMs) meta.push(`${Number(totalMs).toFixed(1)} ms`);
     $("result-meta").textContent = meta.join(" · ");
-    const list = $("scores");
-    list.replaceChildren();
+    const scores = $("scores");
+    scores.replaceChildren();
     ranking.forEach((entry, rank) => {
       const fill = el("span", { class: "fill" });
       fill.style.width = pct(entry.score);
-      list.append(el("li", { class: rank === 0 ? "top" : null, "data-index": entry.index },
-        el("span", { class: "score-name", text: `${entry.index + 1}. ${entry.text || ""}` }),
+      const text = typeof entry.text === "string" ? entry.text : texts[entry.index] || "";
+      scores.append(el("li", { class: rank === 0 ? "top" : null, "data-index": entry.index },
+        el("span", { class: "score-name", text: `${entry.index + 1}. ${text}` }),
         el("span", { class: "bar", "aria-hidden": "true" }, fill),
         el("span", { class: "score-value", text: fmt(entry.score) })));
     });
     $("method").textContent = "";
     $("explanation").replaceChildren(el("p", { class: "note",
-      text: "Reranking answers one relevance score per text (best first); it has no attention weights to show." }));
+      text: "A ranking answers one relevance score per text (best first); it has no attention weights to show." }));
+    result.hidden = false;
+  }
+
+  // An answer of a shape the page does not draw: its JSON, as the service sent it.
+  function renderOther(task, answer, totalMs) {
+    showView(task, "other");
+    result.querySelector(".verdict-key").textContent = "Answer";
+    $("result-label").textContent = "";
+    $("result-meta").textContent = totalMs ? `${Number(totalMs).toFixed(1)} ms` : "";
+    $("scores").replaceChildren();
+    $("method").textContent = "";
+    $("explanation").replaceChildren(el("pre", { class: "raw-answer", text: JSON.stringify(answer, null, 2) }));
     result.hidden = false;
   }
 
   // Zero-shot: the candidate labels best first, each with its score.
   function renderZeroShot(answer, totalMs) {
-    result.dataset.task = "zero_shot";
+    showView(ZERO_SHOT, "zero-shot");
     result.querySelector(".verdict-key").textContent = "Best";
     $("result-label").textContent = answer.labels[0];
     const meta = [answer.model, answer.multi_label ? "each label on its own" : "one label fits"];
@@ -384,7 +399,8 @@
     }
   }
 
-  // Classification and entailment: each text's tokens, then token weights or the heat map.
+  // A task of single texts (one text, a pair): each text's tokens, then token weights (one
+  // text) or the heat map.
   function renderTexts(box, task, body, explanation) {
     const tokens = explanation.tokens || {};
     const cuts = explanation.cut_tokens || {};
@@ -393,10 +409,11 @@
     // column tokens are shaded by the most any row token attends them (column max)
     const columnMax = alignment && alignment.rows !== alignment.columns ? columnMaxima(alignment.weights) : null;
     const scale = Math.max(1e-12, ...(weights || columnMax || [0]));
-    for (const field of TASKS[task].fields) {
+    const fields = TASKS[task].fields.map((f) => f.name);
+    for (const field of fields) {
       let shading = null;
       let about = null;
-      if (weights && field === "text") {
+      if (weights && fields.length === 1) {
         shading = weights;
         about = "Shaded by the token's weight";
       } else if (columnMax && alignment.columns === field) {
@@ -413,46 +430,55 @@
     }
   }
 
-  function renderVerification(box, body, answer, explanation) {
+  // A text read against a list of texts (verify): the text's tokens, then one block per text
+  // of the list, shaded by its share (the task's per-text output), with its heat map.
+  function renderContexts(box, spec, body, answer, explanation) {
+    const head = spec.fields.find((f) => !f.many).name;
+    const many = listField(spec).name;
     const tokens = explanation.tokens || {};
     const cuts = explanation.cut_tokens || {};
-    box.append(tokenSection("claim", body.claim, tokens.claim, cuts.claim || 0, null, 1, null));
+    box.append(tokenSection(head, body[head], tokens[head], cuts[head] || 0, null, 1, null));
+    // the explanation's per-text blocks (Explanation.evidence, whatever the list field's name)
     const blocks = Array.isArray(explanation.evidence) ? explanation.evidence : null;
-    const evidenceTokens = Array.isArray(tokens.evidence) ? tokens.evidence : [];
-    const evidenceCuts = Array.isArray(cuts.evidence) ? cuts.evidence : [];
-    const shares = answer.evidence_scores || [];
+    const listTokens = Array.isArray(tokens[many]) ? tokens[many] : [];
+    const listCuts = Array.isArray(cuts[many]) ? cuts[many] : [];
+    const shares = (spec.per_text && answer[spec.per_text]) || [];
     if (!blocks) {
       box.append(el("p", { class: "note no-attention", text: `${capitalize(NO_ATTENTION)}; the tokens are shown as the model read them.` }));
     }
-    // one scale for every evidence sentence, so their shading compares
+    // one scale for every text of the list, so their shading compares
     const maxima = (blocks || []).map((b) => (b && b.alignment ? columnMaxima(b.alignment.weights) : []));
     const scale = Math.max(1e-12, ...maxima.flat());
     const list = el("div", { class: "evidence-list" });
-    body.evidence.forEach((sentence, i) => {
+    body[many].forEach((sentence, i) => {
       const block = blocks ? blocks[i] : null;
       const share = block && typeof block.share === "number" ? block.share : shares[i];
-      const section = el("section", { class: "evidence-block", "data-index": i, "data-share": share, "aria-labelledby": `evidence-${i}-heading` });
+      const section = el("section", { class: "evidence-block", "data-field": many, "data-index": i, "data-share": share, "aria-labelledby": `evidence-${i}-heading` });
       shade(section, share || 0);
       const fill = el("span", { class: "fill" });
       fill.style.width = pct(share);
       section.append(
-        el("h4", { id: `evidence-${i}-heading` }, `Evidence ${i + 1} `,
+        el("h4", { id: `evidence-${i}-heading` }, `${capitalize(many)} ${i + 1} `,
           el("span", { class: "share" }, "share ", el("span", { class: "share-value", text: fmt(share) }))),
         el("span", { class: "bar", "aria-hidden": "true" }, fill));
-      const about = block && block.alignment ? "Shaded by how much the claim attends each token (the largest weight in its column)" : null;
-      section.append(tokenList(sentence, evidenceTokens[i], evidenceCuts[i] || 0, maxima[i] && maxima[i].length ? maxima[i] : null, scale));
+      const about = block && block.alignment ? `Shaded by how much the ${head} attends each token (the largest weight in its column)` : null;
+      section.append(tokenList(sentence, listTokens[i], listCuts[i] || 0, maxima[i] && maxima[i].length ? maxima[i] : null, scale));
       if (about) section.append(el("p", { class: "hint", text: about }));
-      section.append(...tokenNotes(evidenceTokens[i], evidenceCuts[i] || 0, maxima[i] && maxima[i].length ? maxima[i] : null, sentence));
+      section.append(...tokenNotes(listTokens[i], listCuts[i] || 0, maxima[i] && maxima[i].length ? maxima[i] : null, sentence));
       if (block && block.alignment) {
         const details = el("details", { class: "evidence-heatmap" },
-          el("summary", { text: `Heat map: claim × evidence ${i + 1}` }));
-        details.append(heatmap(block.alignment, tokens.claim, evidenceTokens[i], body.claim, sentence,
-          `claim × evidence ${i + 1}`));
+          el("summary", { text: `Heat map: ${head} × ${many} ${i + 1}` }));
+        details.append(heatmap(block.alignment, tokens[head], listTokens[i], body[head], sentence,
+          `${head} × ${many} ${i + 1}`));
         section.append(details);
       }
       list.append(section);
     });
-    box.append(el("h4", { class: "evidence-title", text: "Evidence, shaded by its share of the claim's representation" }), list);
+    box.append(el("h4", { class: "evidence-title", text: `${capitalize(many)}, shaded by its share of the ${head}'s representation` }), list);
+  }
+
+  function listField(spec) {
+    return spec ? spec.fields.find((f) => f.many) : undefined;
   }
 
   function capitalize(s) {
@@ -647,10 +673,91 @@
   // --- wiring ----------------------------------------------------------------------------
 
   function fillExample() {
-    const example = EXAMPLES[currentTask()];
-    for (const [field, value] of Object.entries(example)) $(field).value = value;
+    const task = currentTask();
+    const example = TASKS[task].example || {};
+    if (task === ZERO_SHOT) {
+      $("zs-text").value = example.text || "";
+      $("candidate-labels").value = (example.candidate_labels || []).join("\n");
+      $("hypothesis-template").value = example.hypothesis_template || TASKS[ZERO_SHOT].defaultTemplate;
+    } else {
+      for (const field of TASKS[task].fields) {
+        const value = example[field.name];
+        inputs[task][field.name].value = Array.isArray(value) ? value.join("\n") : value || "";
+      }
+    }
     const first = form.querySelector("[data-task]:not([hidden]) textarea");
     if (first) first.focus();
+  }
+
+  // --- the tasks: from the registry (tasks.json) -------------------------------------------
+
+  // An id no element of the page has yet: the field's name (what the README's and the tests'
+  // selectors use), else the name prefixed by the task (two tasks with a field of one name).
+  function freeId(task, name) {
+    return document.getElementById(name) ? `${task}-${name}` : name;
+  }
+
+  function taskRadio(task, text, title, checked) {
+    return el("label", { title }, el("input", { type: "radio", name: "task", value: task, checked }), ` ${text}`);
+  }
+
+  // One task's radio and form, made from its fields: a text field is a text box; a list field
+  // a text box of one text per line.
+  function addTask(spec, first) {
+    const fields = spec.fields.map((f) => f.name);
+    $("zero-shot-task").before(taskRadio(spec.name, `${capitalize(spec.label)} (${fields.join(", ")})`, spec.summary, first));
+    inputs[spec.name] = {};
+    for (const field of spec.fields) {
+      const id = freeId(spec.name, field.name);
+      const box = el("textarea", { id, name: id, rows: field.many ? 5 : fields.length === 1 ? 4 : 2, spellcheck: "false" });
+      inputs[spec.name][field.name] = box;
+      const label = el("label", { for: id }, capitalize(field.name));
+      const div = el("div", { class: "field", "data-task": spec.name, "data-field": field.name, hidden: !first });
+      if (field.many) {
+        label.append(" ", el("span", { class: "hint-inline", text: "(one per line)" }));
+        box.setAttribute("aria-describedby", `${id}-hint`);
+        div.append(label, box, el("p", { id: `${id}-hint`, class: "hint" },
+          `${field.description ? `${capitalize(field.description)}. ` : ""}Empty lines are ignored; the model takes at most `,
+          el("span", { class: "max-items", text: "a few" }), "."));
+      } else {
+        div.append(label, box);
+        if (field.description) {
+          box.setAttribute("aria-describedby", `${id}-hint`);
+          div.append(el("p", { id: `${id}-hint`, class: "hint", text: capitalize(field.description) }));
+        }
+      }
+      $("task-fields").append(div);
+    }
+  }
+
+  async function loadTasks() {
+    const response = await fetch("tasks.json", { headers: { accept: "application/json" } });
+    const registry = await readAnswer(response);
+    registry.tasks.forEach((spec, i) => {
+      TASKS[spec.name] = { ...spec, endpoint: `..${spec.endpoint}` };
+      for (const alias of [spec.name, spec.label, spec.endpoint.replace(/^\//, "")]) TASK_ALIASES[alias] = spec.name;
+      addTask(spec, i === 0);
+    });
+    const zs = registry.zero_shot;
+    TASKS[ZERO_SHOT] = { name: ZERO_SHOT, endpoint: `..${zs.endpoint}`, fields: [], labelled: false, modelsOf: zs.models_of,
+      example: zs.example, defaultTemplate: zs.default_template };
+    TASK_ALIASES[zs.endpoint.replace(/^\//, "")] = ZERO_SHOT;
+    TASK_ALIASES[ZERO_SHOT] = ZERO_SHOT;
+  }
+
+  async function start() {
+    try {
+      await loadTasks();
+    } catch (err) {
+      reportError(err, "Loading the tasks");
+      return;
+    }
+    for (const radio of form.querySelectorAll('input[name="task"]')) {
+      radio.addEventListener("change", () => showTask(currentTask()));
+    }
+    applyQuery();
+    showTask(currentTask());
+    loadModels();
   }
 
   form.addEventListener("submit", run);
@@ -660,16 +767,11 @@
       form.requestSubmit();
     }
   });
-  for (const radio of form.querySelectorAll('input[name="task"]')) {
-    radio.addEventListener("change", () => showTask(currentTask()));
-  }
   modelSelect.addEventListener("change", () => {
     chosenModel[currentTask()] = modelSelect.value;
     describeModel();
   });
   $("example").addEventListener("click", fillExample);
 
-  applyQuery();
-  showTask(currentTask());
-  loadModels();
+  start();
 })();
