@@ -2,7 +2,7 @@
 # Installs, as root on Debian 12 (bookworm), the system tools `attserve bench` drives:
 #   wrk       the HTTP load generator (closed loop, Lua-scripted request bodies)
 #   util-linux  taskset, to pin the server and the load generator to separate cores
-# wrk2 (wrk's open-loop fork) is not packaged by Debian; bench/openloop.py replaces it.
+# wrk2 (wrk's open-loop fork) is not packaged by Debian; bench/loadgen.py (its open loop) replaces it.
 # Idempotent: tools already on PATH are left alone.
 set -euo pipefail
 

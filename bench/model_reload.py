@@ -26,7 +26,8 @@ from typing import Annotated
 import httpx
 import typer
 
-from bench.reliability import ServiceProcess, percentiles, run_async
+from bench.harness import ServiceProcess
+from bench.loadgen import percentiles, run_async
 from service.settings import DEFAULT_MODEL_REPOSITORY
 
 app = typer.Typer(add_completion=False)

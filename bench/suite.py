@@ -393,7 +393,7 @@ class Suite:
                             "unpinned_intra_op_threads": len(self.cores.all)},
                 "cores": dataclasses.asdict(self.cores),
                 "load_generators": {"closed_loop": "wrk -t 1 (bench/wrk.lua)",
-                                    "open_loop": "bench/openloop.py (asyncio streams on uvloop, fixed-rate schedule)"},
+                                    "open_loop": "bench/loadgen.py (asyncio streams on uvloop, fixed-rate schedule)"},
                 "work_dir": str(self.work),
             },
             "workloads": workload_info,

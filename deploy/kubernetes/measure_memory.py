@@ -23,7 +23,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from bench.reliability import ServiceProcess  # noqa: E402  the one way the service is started as a process
+from bench.harness import ServiceProcess  # noqa: E402  the one way the service is started as a process
 from core.tasks import TASKS  # noqa: E402
 from service.schemas import TASK_SCHEMAS  # noqa: E402
 from service.settings import Settings  # noqa: E402

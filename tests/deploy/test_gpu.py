@@ -131,7 +131,7 @@ def test_workers_on_cuda(tmp_path):
 
     from service.settings import DEFAULT_MODEL_REPOSITORY
 
-    from bench.reliability import ServiceProcess
+    from bench.harness import ServiceProcess
 
     server = ServiceProcess(DEFAULT_MODEL_REPOSITORY, tmp_path / "service.log", workers=2, device="cuda",
                             models=MODELS[0])

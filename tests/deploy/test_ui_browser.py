@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-from bench import reliability  # noqa: E402  ServiceProcess
+from bench.harness import ServiceProcess  # noqa: E402
 
 UI_DIR = REPO / "service" / "static" / "ui"
 INSTALL_HINT = "install them with `sudo bash tests/browser-ci-deps.sh` (Debian: chromium, chromium-driver)"
@@ -79,7 +79,7 @@ def browser_tools() -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     log = tmp_path_factory.mktemp("ui-service") / "service.log"
-    with reliability.ServiceProcess(REPO / "model_repository", log) as process:
+    with ServiceProcess(REPO / "model_repository", log) as process:
         yield process
 
 

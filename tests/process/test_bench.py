@@ -268,7 +268,7 @@ def test_open_loop_counts_latency_from_the_due_time() -> None:
     build up (each request due 10 ms after the previous one but served 50 ms after it)."""
     import asyncio
 
-    from bench.openloop import _run
+    from bench.loadgen import _run
 
     async def scenario() -> dict:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -21,7 +21,7 @@ from schemathesis import checks
 from tests.bundles import running_app
 
 REPO = Path(__file__).resolve().parents[2]
-from bench.reliability import ServiceProcess  # noqa: E402
+from bench.harness import ServiceProcess  # noqa: E402
 
 # Examples per operation: enough to reach every branch of the schemas (single/batch forms,
 # model present or not) while the module stays well under a minute on two cores.

@@ -1,15 +1,15 @@
 """Slow and oversized clients, expensive bodies, honest errors and metrics. From the second
 security review: /v2 parsed within the limits, bounded explanation answers, the write timeout,
 the 413 that closes, API keys, the Host allow-list, /v2 media types, memory handed back; the
-probes and the abuse mix of `bench/reliability.py` at CI size.
+probes and the abuse mix of bench/reliability/ at CI size.
 
 In-process (ASGI) for what the app decides: text limits before tokenizing (NFKC expansion),
 invisible text, excerpts of user input, no server paths, 499 for a client that leaves, the body
 timeout and deadline during the body read, drain with a stalled client, /docs off.
 Against a real `python -m service` for what the HTTP protocol layer (service.http) decides:
 header size limit, header timeout (idle and slowloris), the connection cap, a short body,
-SIGTERM with a stalled client. The full-size runs are `bench/reliability.py expansion` and
-`slow-clients` (short forms below).
+SIGTERM with a stalled client. The full-size runs are `python -m bench.reliability expansion`
+and `slow-clients` (short forms below).
 """
 
 from __future__ import annotations
@@ -28,7 +28,18 @@ from service.app import create_app
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
-from bench import reliability  # noqa: E402
+from bench.harness import ServiceProcess  # noqa: E402
+from bench.reliability.abuse import run_abuse  # noqa: E402
+from bench.reliability.expansion import run_expansion  # noqa: E402
+from bench.reliability.probes import (  # noqa: E402
+    explain_flood_body,
+    http_request,
+    run_probes,
+    unread_connection,
+    v2_bad_bodies,
+    v2_verify_body,
+)
+from bench.reliability.slow_clients import run_slow_clients  # noqa: E402
 
 # without the fixes several of these would wait forever (a stalled body, an idle connection)
 pytestmark = pytest.mark.timeout(60)
@@ -245,7 +256,7 @@ def test_images_turn_docs_off():
 @pytest.fixture(scope="module")
 def guarded_server(service_bundles, tmp_path_factory):
     log = tmp_path_factory.mktemp("guarded") / "service.log"
-    server = reliability.ServiceProcess(service_bundles, log, header_timeout_s=0.5, body_timeout_s=0.5,
+    server = ServiceProcess(service_bundles, log, header_timeout_s=0.5, body_timeout_s=0.5,
                                         keep_alive_timeout_s=0.5, max_header_bytes=4096, max_connections=30,
                                         write_timeout_s=0.5)
     with server.start():
@@ -342,7 +353,7 @@ def test_connection_cap_pushes_out_idle_connections_not_clients(guarded_server):
 
 
 def test_sigterm_with_a_stalled_client_drains_on_time_and_logs_truthfully(service_bundles, tmp_path):
-    server = reliability.ServiceProcess(service_bundles, tmp_path / "service.log", body_timeout_s=30,
+    server = ServiceProcess(service_bundles, tmp_path / "service.log", body_timeout_s=30,
                                         shutdown_timeout_s=10)
     with server.start():
         sock = socket.create_connection(("127.0.0.1", server.port))
@@ -359,10 +370,10 @@ def test_sigterm_with_a_stalled_client_drains_on_time_and_logs_truthfully(servic
     assert errors == [], errors
 
 
-# --- the acceptance runs at CI size (full size: bench/reliability.py expansion / slow-clients)
+# --- the acceptance runs at CI size (full size: python -m bench.reliability expansion / slow-clients)
 
 def test_expansion_short(service_bundles, tmp_path):
-    result = reliability.run_expansion(service_bundles, concurrent=6, rounds=1, work=tmp_path)
+    result = run_expansion(service_bundles, concurrent=6, rounds=1, work=tmp_path)
     print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}))
     kinds = result["per_kind"]
     assert set(kinds["one_text"]["statuses"]) == {"422"}
@@ -372,7 +383,7 @@ def test_expansion_short(service_bundles, tmp_path):
 
 
 def test_slow_clients_short(service_bundles, tmp_path):
-    result = reliability.run_slow_clients(service_bundles, idle=400, slowloris=20, header_timeout_s=1.0,
+    result = run_slow_clients(service_bundles, idle=400, slowloris=20, header_timeout_s=1.0,
                                           seconds=3.0, processes=2, work=tmp_path)
     print(json.dumps(result))
     assert result["idle_opened"] == 400 and result["idle_closed"] == 400
@@ -398,24 +409,24 @@ def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_buil
             # the issue's 160 bytes: 2 million rows of nothing (the fix refuses 20 million just as fast)
             tracemalloc.start()
             started = time.perf_counter()
-            r = await client.post(url, json=reliability.v2_verify_body(["x"], [1], [2_000_000, 0], []))
+            r = await client.post(url, json=v2_verify_body(["x"], [1], [2_000_000, 0], []))
             seconds = time.perf_counter() - started
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
             assert r.status_code in (400, 422), r.text
             assert seconds < 0.5 and peak < 5 * 2**20, (seconds, peak)
-            r = await client.post(url, json=reliability.v2_verify_body(["x"], [1], [20_000_000, 0], []))
+            r = await client.post(url, json=v2_verify_body(["x"], [1], [20_000_000, 0], []))
             assert r.status_code in (400, 422)
             # k = 0 even with rows that agree: no claim without evidence
-            assert "k >= 1" in v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 0], [])), 400)
+            assert "k >= 1" in v2_error(await client.post(url, json=v2_verify_body(["x"], [1], [1, 0], [])), 400)
             # rows over max_inputs_per_request (64) and k over the model's max_evidence (5): the
             # task API's statuses, before the data is read (none is sent)
-            message = v2_error(await client.post(url, json=reliability.v2_verify_body([], [65], [65, 1], [])), 422)
+            message = v2_error(await client.post(url, json=v2_verify_body([], [65], [65, 1], [])), 422)
             assert "at most 64 per request (limit set by ATTSERVE_MAX_INPUTS_PER_REQUEST)" in message
-            message = v2_error(await client.post(url, json=reliability.v2_verify_body(["x"], [1], [1, 6], [])), 422)
+            message = v2_error(await client.post(url, json=v2_verify_body(["x"], [1], [1, 6], [])), 422)
             assert "at most 5 (its max_evidence" in message and "no ATTSERVE_ setting raises it" in message
             # within the limits the same request shapes still run
-            r = await client.post(url, json=reliability.v2_verify_body(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
+            r = await client.post(url, json=v2_verify_body(["a dog runs"], [1], [1, 2], ["a dog runs fast", ""]))
             assert r.status_code == 200, r.text
     asyncio.run(scenario())
 
@@ -427,7 +438,7 @@ def test_v2_parse_failures_are_short_400s_in_the_protocols_form(service_bundles,
     async def scenario():
         async with running_app(settings(service_bundles)) as (app, client):
             out = {}
-            for kind, (suffix, body, headers) in reliability.v2_bad_bodies().items():
+            for kind, (suffix, body, headers) in v2_bad_bodies().items():
                 r = await client.post(f"/v2/models/fever{suffix}/infer", content=body,
                                       headers={"content-type": "application/json", **headers})
                 out[kind] = (r.status_code, r.json())
@@ -449,7 +460,7 @@ def test_explanations_describe_the_kept_tokens_and_count_the_cut_ones(service_bu
     async def scenario():
         async with running_app(settings(service_bundles)) as (app, client):
             # the issue's 256 KB request: 64 texts of 4,096 "!" (max length 32 tokens here)
-            r = await client.post("/classify", content=reliability.explain_flood_body("sentiment"),
+            r = await client.post("/classify", content=explain_flood_body("sentiment"),
                                   headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text[:300]
             answers = r.json()["results"]
@@ -481,9 +492,9 @@ def test_an_answer_over_max_answer_bytes_is_422_naming_the_setting(service_bundl
 def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_server):
     # a client that reads nothing; its answer (~590 KB, 64 explanations) is far more than the
     # socket buffers hold
-    request = reliability.http_request("POST", "/classify", reliability.explain_flood_body("sentiment"),
+    request = http_request("POST", "/classify", explain_flood_body("sentiment"),
                                        {"content-type": "application/json"})
-    with reliability.unread_connection(guarded_server.port, request) as sock:
+    with unread_connection(guarded_server.port, request) as sock:
         time.sleep(3.0)  # answered in ~1 s, then 0.5 s without progress
         sock.setblocking(True)
         raw, _ = read_until_closed(sock, 3)  # before the fix: the whole answer, still open
@@ -492,7 +503,7 @@ def test_an_answer_that_is_not_read_is_dropped_at_the_write_timeout(guarded_serv
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
     assert length > 500_000 and len(body) < length / 2, (length, len(body))
     # a client that reads gets the same answer in full
-    r = httpx.post(guarded_server.base + "/classify", content=reliability.explain_flood_body("sentiment"),
+    r = httpx.post(guarded_server.base + "/classify", content=explain_flood_body("sentiment"),
                    headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and len(r.content) == length
 
@@ -672,7 +683,7 @@ def test_v2_infer_refuses_the_content_types_a_web_page_sends_without_preflight(s
 def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path):
     """glibc keeps what a burst of explanation requests freed inside its heaps (RSS stayed
     ~400 MB up after 16 of them); the service trims it every ATTSERVE_MEMORY_TRIM_S."""
-    body = reliability.explain_flood_body("sentiment")
+    body = explain_flood_body("sentiment")
 
     async def burst(base: str) -> list[int]:
         async with httpx.AsyncClient(base_url=base, timeout=60) as client:
@@ -682,7 +693,7 @@ def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path
 
     growth = {}
     for trim_s in (0, 0.5):  # 0: never (what the service did before)
-        server = reliability.ServiceProcess(service_bundles, tmp_path / f"trim-{trim_s}.log", memory_trim_s=trim_s)
+        server = ServiceProcess(service_bundles, tmp_path / f"trim-{trim_s}.log", memory_trim_s=trim_s)
         with server.start():
             time.sleep(1.0)
             idle = server.rss_bytes()
@@ -692,10 +703,10 @@ def test_memory_a_burst_freed_is_handed_back_to_the_os(service_bundles, tmp_path
     assert growth[0.5] < 100 and growth[0] > 2 * growth[0.5], growth
 
 
-# --- the probes and the abuse mix at CI size (full size: bench/reliability.py probes / abuse)
+# --- the probes and the abuse mix at CI size (full size: python -m bench.reliability probes / abuse)
 
 def test_probes_short(service_bundles, tmp_path):
-    result = reliability.run_probes(service_bundles, tmp_path, unread_clients=8, write_timeout_s=1)
+    result = run_probes(service_bundles, tmp_path, unread_clients=8, write_timeout_s=1)
     print(json.dumps(result))
     probes = result["probes"]
     assert probes["1 /v2 shape [20000000, 0]"]["status"] == 400
@@ -708,7 +719,7 @@ def test_probes_short(service_bundles, tmp_path):
 def test_abuse_short(service_bundles, tmp_path):
     # few explanation requests (each is ~0.4 s of a core to tokenize, more on a busy machine) and
     # a settle long enough for the server to finish them before RSS is compared with idle
-    result = reliability.run_abuse(service_bundles, seconds=6, settle_s=8, unread=2, slow=6, work=tmp_path,
+    result = run_abuse(service_bundles, seconds=6, settle_s=8, unread=2, slow=6, work=tmp_path,
                                    write_timeout_s=1, memory_trim_s=1)
     print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}))
     statuses = result["statuses"]
@@ -830,7 +841,7 @@ def test_a_host_header_is_checked_whole(service_bundles, host):
 @pytest.fixture(scope="module")
 def host_checked_server(service_bundles, tmp_path_factory):
     log = tmp_path_factory.mktemp("hosts") / "service.log"
-    server = reliability.ServiceProcess(service_bundles, log, allowed_hosts="localhost")
+    server = ServiceProcess(service_bundles, log, allowed_hosts="localhost")
     with server.start(ready=False):
         yield server
 
@@ -868,7 +879,7 @@ ANY_MESSAGE = _AnyMessage()
                          ids=["bad-request-line", "huge-header", "body-past-content-length"])
 def test_a_bad_pipelined_follower_is_answered_after_the_request_before_it(guarded_server, follower):
     body = json.dumps({"text": "a fine day"}).encode()
-    first = reliability.http_request("POST", "/classify", body, {"content-type": "application/json"})
+    first = http_request("POST", "/classify", body, {"content-type": "application/json"})
     data = exchange(guarded_server.port, first + follower)
     answers = data.split(b"HTTP/1.1 ")[1:]
     assert len(answers) == 2, data[:500]
@@ -884,7 +895,7 @@ def test_no_request_the_limits_allow_stalls_the_event_loop(guarded_server):
     heavy = [
         json.dumps({"text": "hi", **{str(i): 0 for i in range(110_000)}}).encode()[: (1 << 20) - 100] + b"}",
         json.dumps({"text": "hi", **{str(i): 0 for i in range(40_000)}}).encode(),
-        reliability.explain_flood_body("sentiment"),
+        explain_flood_body("sentiment"),
         json.dumps({"inputs": [{"claim": " ".join(["w"] * 16), "evidence": [" ".join(["v"] * 20)] * 5}] * 64,
                     "explain": True, "model": "fever"}).encode(),
     ]

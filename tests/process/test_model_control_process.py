@@ -9,7 +9,7 @@ import shutil
 import httpx
 import pytest
 
-from bench.reliability import ServiceProcess
+from bench.harness import ServiceProcess
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.reliability import ServiceProcess  # noqa: E402
+from bench.harness import ServiceProcess  # noqa: E402
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402

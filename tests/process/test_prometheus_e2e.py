@@ -22,7 +22,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from bench.reliability import ServiceProcess
+from bench.harness import ServiceProcess
 from bench.servers import free_port
 import yaml
 

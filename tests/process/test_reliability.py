@@ -1,7 +1,7 @@
 """Reliability and security of the real service, at CI size.
 
 R1 isolation, R2 overload and R4 graceful shutdown run the scenario functions of
-bench/reliability.py (the long runs use the same code at full size) against `python -m
+bench/reliability/ (the long runs use the same code at full size) against `python -m
 service` under uvicorn. R5 bundle integrity: broken bundles are refused at start with a log line
 naming the file, /health/ready stays 503 when nothing loads, and nothing in the code base or the
 load path unpickles. (R3 fuzzing is tests/process/test_fuzz.py; R6 soak only runs as a script.)
@@ -24,7 +24,17 @@ import pytest
 from tests.bundles import copy_repository
 
 REPO = Path(__file__).resolve().parents[2]
-from bench import reliability  # noqa: E402  the scenarios, also run at full size (python -m bench.reliability)
+from bench.harness import GRACEFUL_EXIT_CODES, ServiceProcess  # noqa: E402
+from bench.reliability.isolation import run_isolation  # noqa: E402
+from bench.reliability.overload import run_overload  # noqa: E402
+from bench.reliability.shutdown import run_shutdown  # noqa: E402
+from bench.reliability.workload import (  # noqa: E402
+    SCORE_TOLERANCE,
+    ModelSpec,
+    WorkloadMaker,
+    answer_problem,
+    difference,
+)
 
 
 def show(result: dict) -> None:
@@ -35,7 +45,7 @@ def show(result: dict) -> None:
 # --- R1 -------------------------------------------------------------------------------------
 
 def test_isolation_1000_mixed_requests_at_concurrency_64(service_bundles, tmp_path):
-    result = reliability.run_isolation(service_bundles, requests=1000, concurrency=64, workdir=tmp_path)
+    result = run_isolation(service_bundles, requests=1000, concurrency=64, workdir=tmp_path)
     show(result)
     assert result["requests"] == 1000 and result["inputs"] > 1000  # every 7th request has 3 inputs
     assert set(result["models"]) == {"nli", "fever", "sentiment", "topic"}
@@ -44,7 +54,7 @@ def test_isolation_1000_mixed_requests_at_concurrency_64(service_bundles, tmp_pa
     # a swapped answer is only visible if inputs get different answers: they nearly all do
     assert result["distinct_solo_answers"] >= 0.9 * result["distinct_inputs"]
     assert result["mismatches"] == 0, result["mismatch_examples"]
-    assert result["max_abs_score_diff"] <= reliability.SCORE_TOLERANCE
+    assert result["max_abs_score_diff"] <= SCORE_TOLERANCE
     # isolation is only exercised by inputs that shared a batch: a good part of them did
     assert result["share_of_inputs_batched_with_others"] > 0.3, result["mean_batch_size"]
 
@@ -54,13 +64,13 @@ def test_answer_comparison_catches_a_swapped_answer():
     truncation flag is a mismatch; float noise below the tolerance is not."""
     a = {"label": "x", "scores": {"x": 0.6, "y": 0.4}, "model": "m", "truncated": False, "evidence_scores": [0.7, 0.3]}
     b = {**a, "label": "y", "scores": {"x": 0.45, "y": 0.55}}
-    assert reliability.difference(a, a) == 0.0
-    assert reliability.difference({**a, "scores": {"x": 0.6 + 4e-6, "y": 0.4 - 4e-6}}, a) < reliability.SCORE_TOLERANCE
-    assert reliability.difference(b, a) is None  # label differs by more than noise
-    assert reliability.difference({**a, "scores": {"x": 0.61, "y": 0.39}}, a) > reliability.SCORE_TOLERANCE
-    assert reliability.difference({**a, "evidence_scores": [1.0]}, a) is None
-    assert reliability.difference({**a, "truncated": True}, a) is None
-    assert reliability.difference({**a, "model": "other"}, a) is None
+    assert difference(a, a) == 0.0
+    assert difference({**a, "scores": {"x": 0.6 + 4e-6, "y": 0.4 - 4e-6}}, a) < SCORE_TOLERANCE
+    assert difference(b, a) is None  # label differs by more than noise
+    assert difference({**a, "scores": {"x": 0.61, "y": 0.39}}, a) > SCORE_TOLERANCE
+    assert difference({**a, "evidence_scores": [1.0]}, a) is None
+    assert difference({**a, "truncated": True}, a) is None
+    assert difference({**a, "model": "other"}, a) is None
 
 
 
@@ -68,16 +78,16 @@ def test_ranking_answers_are_checked_and_compared_as_rankings():
     """A rerank answer (TEI's list of {index, score}, best first) is complete only when it ranks
     every text once, best first; against its solo answer each text's score is compared."""
     ranking = [{"index": 1, "score": 0.9}, {"index": 0, "score": 0.2}, {"index": 2, "score": 0.2}]
-    assert reliability.answer_problem(ranking) is None
-    assert reliability.answer_problem([ranking[0], ranking[2]]) == "the ranking does not list every text once"
-    assert reliability.answer_problem([ranking[1], ranking[0], ranking[2]]) == "the ranking is not best first"
-    assert reliability.answer_problem([{"index": 0}]) == "a ranking entry without a score"
-    assert reliability.difference(ranking, ranking) == 0.0
+    assert answer_problem(ranking) is None
+    assert answer_problem([ranking[0], ranking[2]]) == "the ranking does not list every text once"
+    assert answer_problem([ranking[1], ranking[0], ranking[2]]) == "the ranking is not best first"
+    assert answer_problem([{"index": 0}]) == "a ranking entry without a score"
+    assert difference(ranking, ranking) == 0.0
     noisy = [{"index": 1, "score": 0.9 + 3e-6}, {"index": 2, "score": 0.2}, {"index": 0, "score": 0.2}]
-    assert reliability.difference(noisy, ranking) < reliability.SCORE_TOLERANCE  # tie order is not a score
-    assert reliability.difference([{"index": 1, "score": 0.8}, *ranking[1:]], ranking) > reliability.SCORE_TOLERANCE
-    assert reliability.difference(ranking[:2], ranking) is None  # a text lost
-    assert reliability.difference({"label": "x", "scores": {"x": 1.0}}, ranking) is None
+    assert difference(noisy, ranking) < SCORE_TOLERANCE  # tie order is not a score
+    assert difference([{"index": 1, "score": 0.8}, *ranking[1:]], ranking) > SCORE_TOLERANCE
+    assert difference(ranking[:2], ranking) is None  # a text lost
+    assert difference({"label": "x", "scores": {"x": 1.0}}, ranking) is None
 
 
 def test_workload_covers_every_task_from_the_registry():
@@ -87,9 +97,9 @@ def test_workload_covers_every_task_from_the_registry():
     from core.tasks import TASKS
 
     lengths = {name: {f.input: 12 for f in task.fields} for name, task in TASKS.items()}
-    models = [reliability.ModelSpec(f"m-{name}", name, lengths[name], 4, ("alpha", "beta", "gamma"))
+    models = [ModelSpec(f"m-{name}", name, lengths[name], 4, ("alpha", "beta", "gamma"))
               for name in TASKS]
-    requests = reliability.WorkloadMaker(models, seed=3).mixed(200, multi_every=2, multi_inputs=3)
+    requests = WorkloadMaker(models, seed=3).mixed(200, multi_every=2, multi_inputs=3)
     by_path = {}
     for r in requests:
         by_path.setdefault(r.path, []).append(r)
@@ -109,7 +119,7 @@ def test_workload_covers_every_task_from_the_registry():
 # --- R2 -------------------------------------------------------------------------------------
 
 def test_overload_sheds_with_429_and_recovers(service_bundles, tmp_path):
-    result = reliability.run_overload(service_bundles, factor=4.0, seconds=4.0, capacity_seconds=2.0, model="fever",
+    result = run_overload(service_bundles, factor=4.0, seconds=4.0, capacity_seconds=2.0, model="fever",
                                       inputs_per_request=64, max_queue=128, request_timeout_ms=1000, workdir=tmp_path)
     show(result)
     statuses = result["statuses"]
@@ -133,7 +143,7 @@ def test_overload_sheds_with_429_and_recovers(service_bundles, tmp_path):
 # --- R4 -------------------------------------------------------------------------------------
 
 def test_sigterm_under_sustained_load_answers_every_accepted_request(service_bundles, tmp_path):
-    result = reliability.run_shutdown(service_bundles, load_seconds=1.5, concurrency=8, shutdown_timeout_s=8.0,
+    result = run_shutdown(service_bundles, load_seconds=1.5, concurrency=8, shutdown_timeout_s=8.0,
                                       max_batch_delay_ms=50, workdir=tmp_path)
     show(result)
     before, after = result["outcomes_sent_before_sigterm"], result["outcomes_sent_after_sigterm"]
@@ -145,7 +155,7 @@ def test_sigterm_under_sustained_load_answers_every_accepted_request(service_bun
     # every response the server started (its access log) reached the client, complete
     assert result["responses_logged_by_server"] == result["responses_received"]
     assert result["dropped_unanswered"] <= 8 + 1
-    assert result["exit_code"] in reliability.GRACEFUL_EXIT_CODES and result["exit_seconds"] <= 8.0
+    assert result["exit_code"] in GRACEFUL_EXIT_CODES and result["exit_seconds"] <= 8.0
     assert result["drain_finished"] and not result["drain_timed_out"] and not result["requests_cancelled_by_uvicorn"]
 
 
@@ -188,7 +198,7 @@ def broken_repository(service_bundles: Path, root: Path) -> dict[str, str]:
 def test_broken_bundles_are_refused_at_start_and_never_ready(service_bundles, tmp_path):
     named = broken_repository(service_bundles, tmp_path / "repo")
     # partial start-up allowed, so the broken bundles are listed as failed
-    server = reliability.ServiceProcess(tmp_path / "repo", tmp_path / "service.log", allow_partial_start="true")
+    server = ServiceProcess(tmp_path / "repo", tmp_path / "service.log", allow_partial_start="true")
     with server.start(ready=False):
         for _ in range(300):
             models = {m["name"]: m for m in httpx.get(server.base + "/v1/models").json()["models"]}

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.reliability import ServiceProcess
+from bench.harness import ServiceProcess
 from bench.servers import free_port
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.reliability import ServiceProcess
+from bench.harness import ServiceProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-from bench.reliability import ServiceProcess  # noqa: E402
+from bench.harness import ServiceProcess  # noqa: E402
 
 REQUESTS = 48
 
