@@ -381,8 +381,8 @@
     });
     $("method").textContent = "";
     $("explanation").replaceChildren(el("p", { class: "note",
-      text: "Each label was tried as an entailment hypothesis (the template with the label); "
-        + "to see the attention of one, send that pair to the Entailment task." }));
+      text: "Each label was tried as a hypothesis (the template with the label) by a model of the "
+        + `${TASKS[ZERO_SHOT].modelsOf} task; to see the attention of one, send that pair to that task.` }));
     result.hidden = false;
   }
 
