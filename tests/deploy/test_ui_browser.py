@@ -557,3 +557,27 @@ def test_other_explanation_shapes(driver, server) -> None:
     check_heatmap(driver.find_element(By.CSS_SELECTOR, "figure.heatmap"), self_alignment["explanation"]["alignment"],
                   {"text": tokens}, "text", "text")
     assert console_errors(driver) == []
+
+
+def test_the_forms_are_the_registrys(driver, server) -> None:
+    """The page's tasks and their text boxes come from /ui/tasks.json (the task registry): one
+    radio per task in the registry's order, then zero-shot; a box per field, a list field's one
+    text per line; "Fill in an example" writes the task's registry example."""
+    from core.tasks import TASKS
+
+    open_page(driver, server, next(iter(TASKS)))
+    radios = driver.find_elements(By.CSS_SELECTOR, 'input[name="task"]')
+    assert [r.get_attribute("value") for r in radios] == [*TASKS, "zero_shot"]
+    for name, task in TASKS.items():
+        for f in task.fields:
+            box = driver.find_element(By.CSS_SELECTOR, f'.field[data-task="{name}"][data-field="{f.name}"] textarea')
+            label = driver.find_element(By.CSS_SELECTOR, f'label[for="{box.get_attribute("id")}"]').get_attribute("textContent")
+            assert ("one per line" in label) == f.many, (name, f.name, label)
+    task = next(t for t in TASKS.values() if t.list_field is not None and t.labelled)
+    open_page(driver, server, task.name)
+    driver.find_element(By.ID, "example").send_keys(Keys.ENTER)
+    for f in task.fields:
+        box = driver.find_element(By.CSS_SELECTOR, f'.field[data-task="{task.name}"][data-field="{f.name}"] textarea')
+        value = task.example[f.name]
+        assert box.get_attribute("value") == ("\n".join(value) if f.many else value)
+    assert console_errors(driver) == []
