@@ -99,7 +99,8 @@ def test_workload_covers_every_task_from_the_registry():
     lengths = {name: {f.input: 12 for f in task.fields} for name, task in TASKS.items()}
     models = [ModelSpec(f"m-{name}", name, lengths[name], 4, ("alpha", "beta", "gamma"))
               for name in TASKS]
-    requests = WorkloadMaker(models, seed=3).mixed(200, multi_every=2, multi_inputs=3)
+    # multi_every prime, so whatever the number of tasks every task gets multi-input requests
+    requests = WorkloadMaker(models, seed=3).mixed(200, multi_every=7, multi_inputs=3)
     by_path = {}
     for r in requests:
         by_path.setdefault(r.path, []).append(r)
