@@ -133,7 +133,7 @@ def write_bundle_from_network(
             step("building and measuring variants")
             from export.variants import measure_variants
 
-            batches = example_batches(encoder, examples, max_lengths, max_evidence) if examples else []
+            batches = example_batches(encoder, examples, max_lengths, max_evidence, task=task) if examples else []
             gold = label_ids(examples, labels) if examples else None
             metrics["variants"] = measure_variants(model_path, staging, task, batches, gold)
 

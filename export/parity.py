@@ -105,13 +105,15 @@ def example_batches(
     max_lengths: dict[str, int],
     max_evidence: int | None,
     batch_sizes: Sequence[int] = EXAMPLE_BATCH_SIZES,
+    task: str | None = None,
 ) -> list[tuple[np.ndarray, ...]]:
     """The examples cut into consecutive batches whose sizes cycle through `batch_sizes`,
-    each encoded (and padded to its own longest text) by `encode_examples`."""
+    each encoded (and padded to its own longest text) by `encode_examples` as inputs of `task`
+    (the network's; None: the task whose inputs max_lengths names)."""
     batches, start, turn = [], 0, 0
     while start < len(examples):
         size = batch_sizes[turn % len(batch_sizes)]
-        batches.append(encode_examples(encoder, examples[start : start + size], max_lengths, max_evidence))
+        batches.append(encode_examples(encoder, examples[start : start + size], max_lengths, max_evidence, task))
         start += size
         turn += 1
     return batches
@@ -196,7 +198,7 @@ def check_parity(
     if examples:
         if encoder is None:
             raise ValueError("parity examples need the bundle's encoder")
-        batches += example_batches(encoder, examples, max_lengths, max_evidence)
+        batches += example_batches(encoder, examples, max_lengths, max_evidence, task=task)
     batches += random_batches(task, network.config.vocab_size, max_lengths, max_evidence, seed)
 
     diff = OutputDiff()

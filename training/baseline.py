@@ -23,6 +23,7 @@ from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
+from core.tasks import TASKS, TaskForm
 from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample
 
 if TYPE_CHECKING:
@@ -51,7 +52,9 @@ class TfidfFeatures:
 
     def __init__(self, task: str) -> None:
         self.task = task
-        if task == "classification":
+        # one text: TF-IDF of it; two texts (a pair, or a text and its list): context/statement features
+        self.single = TASKS[task].form is TaskForm.TEXT
+        if self.single:
             self.text = _vectorizer()
         else:
             self.context, self.statement, self.novel = _vectorizer(), _vectorizer(), _vectorizer((1, 1))
@@ -76,9 +79,9 @@ class TfidfFeatures:
         def apply(vectorizer: TfidfVectorizer, texts: list[str]):
             return vectorizer.fit_transform(texts) if fit else vectorizer.transform(texts)
 
-        if self.task == "classification":
+        if self.single:
             if not all(isinstance(e, TextExample) for e in examples):
-                raise TypeError("classification baseline needs TextExample data")
+                raise TypeError(f"the {self.task} baseline (one text) needs TextExample data")
             return apply(self.text, [e.text for e in examples]).tocsr()
         pairs = [_pair_of(e) for e in examples]
         novel, overlap = self._novel_and_overlap(pairs)

@@ -43,7 +43,7 @@ import pydantic_core
 from tqdm.auto import tqdm
 
 from core.bundle import CONFIG_FILE, BundleConfig, load_bundle, read_config
-from core.tasks import TASKS
+from core.tasks import TASK_OF_DATASET, TASKS
 from core.tokenization import PAD_ID, UNK_TOKEN, TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.calibration import calibrated_probs, ece_from_confidence, expected_calibration_error, fit_temperature
@@ -84,7 +84,8 @@ def resolve_dataset(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Path = R
     checksums = raw.get("data_checksums", {})
     sources = {key.split("/", 1)[0] for key in checksums}
     if sources == {"snli"}:
-        return "snli-verification" if raw.get("task") == "verification" else "snli"
+        # the SNLI-drawn dataset of the bundle's task (core.tasks.TASK_OF_DATASET)
+        return next((d for d in ("snli-verification", "snli") if TASK_OF_DATASET.get(d) == raw.get("task")), "snli")
     if len(sources) == 1 and sources <= {"bbc", "tweets"}:
         return sources.pop()
     files = [key for key in checksums if "/" not in key]
@@ -108,7 +109,8 @@ def recipe_splits(recipe: Any, cache_dir: str | Path | None = None) -> DatasetSp
         path = getattr(data, key)
         if not Path(path).is_file():
             raise FileNotFoundError(f"recipe {recipe.name}: its [data] {key} file {path} does not exist")
-    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name)
+    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name,
+                           task=data.task)
 
 
 def _recipe_files(recipe: Any, raw: dict[str, Any]) -> dict[str, Any]:
@@ -202,10 +204,14 @@ def score_examples(
     logits: np.ndarray | None = None
     tokens = unknowns = 0
     starts = range(0, len(order), batch_size)
-    evidence: list[np.ndarray] | None = [np.empty(0)] * len(examples) if config.task == "verification" and len(config.outputs) > 1 else None
+    # a task with a per-text output (verification's evidence_scores) whose graph has it
+    per_text = TASKS[config.task].per_text
+    evidence: list[np.ndarray] | None = ([np.empty(0)] * len(examples)
+                                         if per_text is not None and TASKS[config.task].labelled and per_text in config.outputs
+                                         else None)
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
         indices = order[start : start + batch_size]
-        ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence)
+        ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence, config.task)
         counted = count_ids(ids, unknown)
         tokens, unknowns = tokens + counted[0], unknowns + counted[1]
         outputs = session.run(list(config.outputs[: 2 if evidence is not None else 1]), dict(zip(config.inputs, ids)))

@@ -104,7 +104,8 @@ from typing import Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
-from training.examples import TASK_OF, ClaimExample, DatasetSplits, Example, PairExample, TextExample
+from core.tasks import TASK_OF_DATASET, TASKS, tasks_of_form
+from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample, form_of
 from training.readers import iter_snli_records, read_file, read_text
 from training.splits import group_split, stratified_split
 from training.verification import VERIFICATION_LABELS, CaptionedPair, build_claims, claims_of
@@ -421,7 +422,7 @@ def _load_snli(cache_dir: str | Path | None) -> DatasetSplits:
     (train, dev, test), checksums = _snli_pairs(cache_dir)
     return DatasetSplits(
         name="snli",
-        task="entailment",
+        task=TASK_OF_DATASET["snli"],
         labels=list(SNLI_LABELS),
         train=[p.example for p in train],
         dev=[p.example for p in dev],
@@ -439,7 +440,7 @@ def _load_snli_verification(cache_dir: str | Path | None) -> DatasetSplits:
     parts = {name: claims_of(build_claims(pairs, seed=SPLIT_SEED, split=name)) for name, pairs in (("train", train), ("dev", dev), ("test", test))}
     return DatasetSplits(
         name="snli-verification",
-        task="verification",
+        task=TASK_OF_DATASET["snli-verification"],
         labels=list(VERIFICATION_LABELS),
         checksums=checksums,
         description=(
@@ -496,7 +497,7 @@ def _split_classification(name: str, examples: list[TextExample], labels: list[s
         raise ValueError(f"{name}: labels {sorted(unknown)} not in {labels}")
     train, dev, test = stratified_split(kept, lambda e: e.label, SPLIT_FRACTIONS, SPLIT_SEED)
     return DatasetSplits(
-        name=name, task="classification", labels=labels, train=train, dev=dev, test=test, checksums=checksums,
+        name=name, task=TASK_OF_DATASET[name], labels=labels, train=train, dev=dev, test=test, checksums=checksums,
         description=f"{notes} Duplicates dropped before a 70/10/20 stratified split (seed {SPLIT_SEED}).",
     )
 
@@ -547,7 +548,7 @@ def _load_sick(cache_dir: str | Path | None, root: str | Path | None = None) -> 
     (path,), checksums = _benchmark_files("sick", [SICK_FILE], root)
     parts = {split: read_file(path, "sick", semeval_set=part) for split, part in (("train", "TRAIN"), ("dev", "TRIAL"), ("test", "TEST"))}
     return DatasetSplits(
-        name="sick", task="entailment", labels=list(SICK_LABELS), checksums=checksums,
+        name="sick", task=TASK_OF_DATASET["sick"], labels=list(SICK_LABELS), checksums=checksums,
         description="SICK (Marelli et al. 2014) 3-way entailment, SemEval-2014 Task 1 parts: train = TRAIN, dev = TRIAL, test = TEST.",
         **parts,
     )
@@ -569,7 +570,7 @@ def _load_msrp(cache_dir: str | Path | None, root: str | Path | None = None) -> 
     (train_path, test_path), checksums = _benchmark_files("msrp", [MSRP_FILES["train"], MSRP_FILES["test"]], root)
     train, dev = split_msrp_train(read_file(train_path, "msrp"))
     return DatasetSplits(
-        name="msrp", task="entailment", labels=list(BINARY_LABELS), train=train, dev=dev, test=read_file(test_path, "msrp"),
+        name="msrp", task=TASK_OF_DATASET["msrp"], labels=list(BINARY_LABELS), train=train, dev=dev, test=read_file(test_path, "msrp"),
         checksums=checksums,
         description=(
             f"MSRP paraphrase identification (label 1 = paraphrase). No official dev: {MSRP_DEV_PAIRS} train pairs drawn "
@@ -591,7 +592,7 @@ def _load_wikiqa(cache_dir: str | Path | None, root: str | Path | None = None) -
     paths, checksums = _benchmark_files("wikiqa", list(WIKIQA_FILES.values()), root)
     train_path, dev_path, test_path = paths
     return DatasetSplits(
-        name="wikiqa", task="entailment", labels=list(BINARY_LABELS),
+        name="wikiqa", task=TASK_OF_DATASET["wikiqa"], labels=list(BINARY_LABELS),
         train=[example for _, example in iter_wikiqa_records(train_path)],
         dev=answerable_questions(iter_wikiqa_records(dev_path)),
         test=answerable_questions(iter_wikiqa_records(test_path)),
@@ -628,7 +629,7 @@ def _load_fever(cache_dir: str | Path | None, root: str | Path | None = None) ->
 
     _, lists, checksums = _fever_parts(benchmark_dir(root))
     return DatasetSplits(
-        name="fever", task="verification", labels=list(FEVER_LABELS), checksums=dict(checksums),
+        name="fever", task=TASK_OF_DATASET["fever"], labels=list(FEVER_LABELS), checksums=dict(checksums),
         description=FEVER_DESCRIPTION.format(dev=DEV_FRACTION, test=TEST_FRACTION, seed=SPLIT_SEED) + (
             "; SUPPORTS/REFUTES: gold sentences plus 0-3 retrieved or random distractors in random "
             "positions; NOT ENOUGH INFO: 1-4 retrieved on-topic sentences, or unrelated ones."
@@ -650,7 +651,7 @@ def _load_fever_swaps(cache_dir: str | Path | None, root: str | Path | None = No
     # draws for the claims before them are the same)
     train = fever.build_evidence_lists(splits["train"] + swaps, seed=SPLIT_SEED, split="train")
     return DatasetSplits(
-        name=name, task="verification", labels=list(fever.FEVER_LABELS), checksums=dict(checksums),
+        name=name, task=TASK_OF_DATASET[name], labels=list(fever.FEVER_LABELS), checksums=dict(checksums),
         description=FEVER_DESCRIPTION.format(dev=fever.DEV_FRACTION, test=fever.TEST_FRACTION, seed=SPLIT_SEED) + (
             f"; as `fever`, plus {len(swaps):,} train REFUTES claims made from {fraction:.0%} of the SUPPORTS "
             "claims by substituting one name or year the gold evidence states (training.fever.substitution_claims); "
@@ -665,7 +666,7 @@ def _load_fever_nli(cache_dir: str | Path | None, root: str | Path | None = None
 
     claims, lists, checksums = _fever_parts(benchmark_dir(root))
     return DatasetSplits(
-        name="fever-nli", task="entailment", labels=list(SNLI_LABELS), checksums=dict(checksums),
+        name="fever-nli", task=TASK_OF_DATASET["fever-nli"], labels=list(SNLI_LABELS), checksums=dict(checksums),
         description=FEVER_DESCRIPTION.format(dev=DEV_FRACTION, test=TEST_FRACTION, seed=SPLIT_SEED) + (
             ", as entailment pairs: premise = the gold sentences (SUPPORTS = entailment, REFUTES = "
             "contradiction) or retrieved/unrelated sentences (NOT ENOUGH INFO = neutral), hypothesis = the claim."
@@ -733,7 +734,7 @@ def _load_scitail(cache_dir: str | Path | None, root: str | Path | None = None) 
     parts = {"train": train, "dev": read_file(dev_path, "nli-jsonl"), "test": test}
     _check_labels("scitail", parts, SCITAIL_LABELS)
     return DatasetSplits(
-        name="scitail", task="entailment", labels=list(SCITAIL_LABELS), checksums=checksums,
+        name="scitail", task=TASK_OF_DATASET["scitail"], labels=list(SCITAIL_LABELS), checksums=checksums,
         description=(
             "SciTail v1.1 (Khot et al. 2018): science-question hypotheses vs web-sentence premises, entails / neutral. "
             f"dev = the official dev; its test is not here, so test = {SCITAIL_TEST_FRACTION:.0%} of train's pair groups "
@@ -749,7 +750,7 @@ def _carved_source(name: str, relative: str, labels: Sequence[str], notes: str, 
     parts = {"train": train, "dev": dev, "test": test}
     _check_labels(name, parts, labels)
     return DatasetSplits(
-        name=name, task="entailment", labels=list(labels), checksums=checksums,
+        name=name, task=TASK_OF_DATASET[name], labels=list(labels), checksums=checksums,
         description=(
             f"{notes} One file, so dev and test are {CARVED_DEV_FRACTION:.0%} / {CARVED_TEST_FRACTION:.0%} of its pair groups "
             f"(premise or hypothesis shared, seed {SPLIT_SEED}); train = the rest."
@@ -798,7 +799,7 @@ def _load_nli_mix(cache_dir: str | Path | None, root: str | Path | None = None) 
         checksums.update(splits.checksums)
         counts.append(f"{name} {sum(1 for s in sources['train'] if s == name):,}")
     return DatasetSplits(
-        name="nli-mix", task="entailment", labels=list(SNLI_LABELS), checksums=checksums, sources=sources,
+        name="nli-mix", task=TASK_OF_DATASET["nli-mix"], labels=list(SNLI_LABELS), checksums=checksums, sources=sources,
         description=(
             "SNLI + MultiNLI dev mismatched + XNLI English dev + QNLI v1 dev + SciTail + FEVER claim/evidence pairs "
             "(fever-nli), 3-way (SciTail entails/neutral and QNLI entailment/not_entailment -> entailment/neutral); "
@@ -873,11 +874,14 @@ def load_from_files(
     format: str,
     labels: Sequence[str] | None = None,
     name: str = "files",
+    task: str | None = None,
     **reader_options: Any,
 ) -> DatasetSplits:
     """Splits from three files in one reader format (training.readers.READERS). Label order:
     `labels`, else the order labels first appear in train. With format "sick" the full release
-    SICK.txt may be given for all three: each split keeps its SemEval part (TRAIN/TRIAL/TEST)."""
+    SICK.txt may be given for all three: each split keeps its SemEval part (TRAIN/TRIAL/TEST).
+    The task is `task` (a recipe's [data] task), which must take the records' form; without it,
+    the one labelled task of core.tasks of that form (ValueError when several are)."""
     parts: dict[str, list[Example]] = {}
     checksums: dict[str, str] = {}
     for role, path in (("train", train), ("dev", dev), ("test", test)):
@@ -891,13 +895,24 @@ def load_from_files(
     types = {type(e) for part in parts.values() for e in part}
     if len(types) != 1:
         raise ValueError(f"mixed example types: {sorted(t.__name__ for t in types)}")
+    form = form_of(next(iter(parts["train"])))
+    candidates = tasks_of_form(form, labelled=True)
+    if task is None:
+        if len(candidates) != 1:
+            raise ValueError(f"{format} files hold {form.value} examples, which the tasks {list(candidates)} take: "
+                             "name the task ([data] task)")
+        task = candidates[0]
+    elif task not in candidates:
+        known = TASKS[task].form.value if task in TASKS else "no registered task"
+        raise ValueError(f"{format} files hold {form.value} examples; task {task!r} ({known}) does not take them "
+                         f"(tasks of {form.value} examples: {list(candidates)})")
     order = list(labels) if labels is not None else list(dict.fromkeys(e.label for e in parts["train"]))
     for role, part in parts.items():
         unknown = sorted({e.label for e in part} - set(order))
         if unknown:
             raise ValueError(f"{role} has labels {unknown} outside the label order {order}")
     return DatasetSplits(
-        name=name, task=TASK_OF[types.pop()], labels=order, checksums=checksums,
+        name=name, task=task, labels=order, checksums=checksums,
         description=f"{format} files: {Path(train).name}, {Path(dev).name}, {Path(test).name}", **parts,
     )
 

@@ -1,4 +1,9 @@
-"""The examples readers produce and the trainer consumes, one type per task."""
+"""The examples readers produce and the trainer consumes, one record type per task FORM
+(core.tasks.TaskForm), not per task: `TextExample` holds one text, `PairExample` two,
+`ClaimExample` a text and a list of texts. A record's `texts` are its texts in form order, which
+a task's fields (core.tasks) take positionally (training.batching), so a pair task whose fields
+are not named premise/hypothesis reads `PairExample`s too. The task of a split is its dataset's
+(core.tasks.TASK_OF_DATASET, `DatasetSplits.task`), never guessed from the record type."""
 
 from __future__ import annotations
 
@@ -6,22 +11,32 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
+from core.tasks import TaskForm
+
 
 @dataclass(frozen=True)
-class TextExample:  # classification
+class TextExample:  # one text (TEXT form)
     text: str
     label: str
 
+    @property
+    def texts(self) -> tuple[str]:
+        return (self.text,)
+
 
 @dataclass(frozen=True)
-class PairExample:  # entailment (premise, hypothesis)
+class PairExample:  # two texts (PAIR form): the first (premise), the second (hypothesis)
     premise: str
     hypothesis: str
     label: str
 
+    @property
+    def texts(self) -> tuple[str, str]:
+        return (self.premise, self.hypothesis)
+
 
 @dataclass(frozen=True)
-class ClaimExample:  # verification (claim, evidence list)
+class ClaimExample:  # a text and a list of texts (CONTEXTS form): claim, evidence list
     claim: str
     evidence: tuple[str, ...]
     label: str
@@ -29,19 +44,29 @@ class ClaimExample:  # verification (claim, evidence list)
     # the target of the auxiliary evidence loss; None for NOT ENOUGH INFO or unknown
     gold_evidence: int | None = None
 
+    @property
+    def texts(self) -> tuple[str, tuple[str, ...]]:
+        return (self.claim, self.evidence)
+
 
 Example = Union[TextExample, PairExample, ClaimExample]
 
-TASK_OF = {TextExample: "classification", PairExample: "entailment", ClaimExample: "verification"}
+# record type -> the form of the tasks whose inputs it holds
+FORM_OF: dict[type, TaskForm] = {TextExample: TaskForm.TEXT, PairExample: TaskForm.PAIR, ClaimExample: TaskForm.CONTEXTS}
+
+
+def form_of(example: Example) -> TaskForm:
+    """The form of the tasks `example` can be an input of (TypeError for no example record)."""
+    form = FORM_OF.get(type(example))
+    if form is None:
+        raise TypeError(f"not an example: {type(example).__name__}")
+    return form
 
 
 def texts_of(example: Example) -> list[str]:
     """Every text in an example (for building a vocabulary)."""
-    if isinstance(example, TextExample):
-        return [example.text]
-    if isinstance(example, PairExample):
-        return [example.premise, example.hypothesis]
-    return [example.claim, *example.evidence]
+    form_of(example)
+    return [text for part in example.texts for text in ((part,) if isinstance(part, str) else part)]
 
 
 @dataclass

@@ -62,6 +62,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from core.tasks import entailment, verification
 from training.examples import ClaimExample, Example, PairExample
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,9 @@ RTE_FILE = "rte_train_dev.jsonl"
 FEVER_FILE = "fever_symmetric_v0.2_dev.jsonl"
 
 SUPPORTS, REFUTES, NOT_ENOUGH_INFO, NOT_SUPPORTS = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO", "NOT SUPPORTS"
-SNLI_LABELS = ["entailment", "neutral", "contradiction"]
+SNLI_LABELS = ["entailment", "neutral", "contradiction"]  # labels (data), not task names
+# the two tasks whose models these sets are made for (their inputs and labels)
+ENTAILMENT_TASK, VERIFICATION_TASK = entailment.TASK.name, verification.TASK.name
 VERIFICATION_OF_SNLI = {"entailment": SUPPORTS, "contradiction": REFUTES, "neutral": NOT_ENOUGH_INFO}
 SAMPLE_SEED = 13
 
@@ -90,7 +93,7 @@ def ood_dir(root: str | Path | None = None) -> Path:
 @dataclass
 class OodSet:
     name: str  # "snli-dev", "rte", "fever-symmetric"
-    task: str  # the model task it is for: "entailment" or "verification"
+    task: str  # the model task it is for (core.tasks): entailment's or verification's
     examples: list[Example]  # .label is the OOD gold label, one of `labels`
     labels: list[str]  # the OOD label space
     # model label (lower-cased) -> set label it counts as; model labels not listed are wrong
@@ -202,13 +205,13 @@ def _entailment_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     sets = []
     snli = _sample([r for r in _read_jsonl(_ood_file(folder, SNLI_FILE)) if r["label"] in SNLI_LABELS], max_examples)
     sets.append(OodSet(
-        "snli-dev", "entailment",
+        "snli-dev", ENTAILMENT_TASK,
         [PairExample(r["premise"], r["hypothesis"], r["label"]) for r in snli],
         list(SNLI_LABELS), prediction_map={label: label for label in SNLI_LABELS},
     ))
     rte = _sample(_read_jsonl(_ood_file(folder, RTE_FILE)), max_examples)
     sets.append(OodSet(
-        "rte", "entailment",
+        "rte", ENTAILMENT_TASK,
         [PairExample(r["premise"], r["hypothesis"], r["label"]) for r in rte],
         ["entailment", "not_entailment"],
         prediction_map={"entailment": "entailment", "neutral": "not_entailment", "contradiction": "not_entailment"},
@@ -216,7 +219,7 @@ def _entailment_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     fever = _sample(_read_jsonl(_ood_file(folder, FEVER_FILE)), max_examples)
     gold = {SUPPORTS: "entailment", REFUTES: "contradiction"}
     sets.append(OodSet(
-        "fever-symmetric", "entailment",
+        "fever-symmetric", ENTAILMENT_TASK,
         [PairExample(r["evidence"], r["claim"], gold[r["label"]]) for r in fever],
         ["entailment", "contradiction"],
         prediction_map={"entailment": "entailment", "contradiction": "contradiction"},
@@ -229,7 +232,7 @@ def _verification_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     sets = []
     fever = _sample(_read_jsonl(_ood_file(folder, FEVER_FILE)), max_examples)
     sets.append(OodSet(
-        "fever-symmetric", "verification",
+        "fever-symmetric", VERIFICATION_TASK,
         [ClaimExample(r["claim"], (r["evidence"],), r["label"]) for r in fever],
         [SUPPORTS, REFUTES],
         prediction_map={SUPPORTS.lower(): SUPPORTS, REFUTES.lower(): REFUTES},
@@ -238,7 +241,7 @@ def _verification_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     rte = _sample(_read_jsonl(_ood_file(folder, RTE_FILE)), max_examples)
     gold = {"entailment": SUPPORTS, "not_entailment": NOT_SUPPORTS}
     sets.append(OodSet(
-        "rte", "verification",
+        "rte", VERIFICATION_TASK,
         [ClaimExample(r["hypothesis"], (r["premise"],), gold[r["label"]]) for r in rte],
         [SUPPORTS, NOT_SUPPORTS],
         prediction_map={SUPPORTS.lower(): SUPPORTS, REFUTES.lower(): NOT_SUPPORTS, NOT_ENOUGH_INFO.lower(): NOT_SUPPORTS},
@@ -246,24 +249,30 @@ def _verification_sets(folder: Path, max_examples: int | None) -> list[OodSet]:
     snli = _sample([r for r in _read_jsonl(_ood_file(folder, SNLI_FILE)) if r["label"] in SNLI_LABELS], max_examples)
     labels = [SUPPORTS, REFUTES, NOT_ENOUGH_INFO]
     sets.append(OodSet(
-        "snli-dev", "verification",
+        "snli-dev", VERIFICATION_TASK,
         [ClaimExample(r["hypothesis"], (r["premise"],), VERIFICATION_OF_SNLI[r["label"]]) for r in snli],
         labels, prediction_map={label.lower(): label for label in labels},
     ))
     return sets
 
 
+# The sets are made for two tasks' models alone (their labels and inputs): by task name
+# (core.tasks), the reader of each one's sets. Any other task has none.
+_SETS_OF_TASK = {ENTAILMENT_TASK: _entailment_sets, VERIFICATION_TASK: _verification_sets}
+
+
 def ood_sets(task: str, root: str | Path | None = None, max_examples: int | None = None) -> list[OodSet]:
-    """The OOD dev sets for a model task ([] for classification, or when the folder is
-    missing: logged as a warning). `max_examples` keeps a fixed-seed subset of each set."""
-    if task not in ("entailment", "verification"):
+    """The OOD dev sets for a model task ([] for a task they are not made for, e.g.
+    classification, or when the folder is missing: logged as a warning). `max_examples` keeps a fixed-seed subset of each set."""
+    readers = _SETS_OF_TASK.get(task)
+    if readers is None:
         return []
     folder = ood_dir(root)
     missing = [name for name in (SNLI_FILE, RTE_FILE, FEVER_FILE) if not _ood_file(folder, name).is_file()]
     if missing:
         log.warning("ood sets unavailable", extra={"ood_dir": str(folder), "missing": missing, "task": task})
         return []
-    sets = _entailment_sets(folder, max_examples) if task == "entailment" else _verification_sets(folder, max_examples)
+    sets = readers(folder, max_examples)
     log.info("ood sets loaded", extra={"ood_dir": str(folder), "task": task, "sets": {s.name: len(s) for s in sets}})
     return sets
 

@@ -44,31 +44,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from core.tasks import TASK_OF_DATASET, TASKS, classification
+
 # A recipe name (and so a checkpoint and bundle name): what `name`, `extends`, init_from and average_with hold.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
 
-# The task each named dataset has (training/datasets.py produces them).
+# The task each named dataset has: the task registry's (core.tasks.TASK_OF_DATASET, from each
+# task's `datasets`), listed in the order the options reference (docs/recipes.md) shows them;
+# a dataset the list does not name yet comes after, in the registry's order.
+_DATASET_ORDER = ("snli", "snli-verification", "bbc", "tweets", "sick", "msrp", "wikiqa", "scitail", "mnli", "xnli",
+                  "qnli", "nli-mix", "fever", "fever-nli", "fever-swaps", "fever-swaps-half")
+# The tasks file data may be: every labelled task of the registry (core.tasks), in its order.
+_FILE_TASKS = tuple(name for name, task in TASKS.items() if task.labelled)
+# The task the minimal recipe's files are (one text per line of a CSV).
+_EXAMPLE_TASK = classification.TASK.name
 DATASET_TASKS: dict[str, str] = {
-    "snli": "entailment",
-    "snli-verification": "verification",
-    "bbc": "classification",
-    "tweets": "classification",
-    # the ABCNN paper's benchmarks (local files, training.datasets.benchmark_dir)
-    "sick": "entailment",
-    "msrp": "entailment",
-    "wikiqa": "entailment",
-    # entailment from other domains (local files) and the mixed 3-way set (training.datasets)
-    "scitail": "entailment",
-    "mnli": "entailment",
-    "xnli": "entailment",
-    "qnli": "entailment",
-    "nli-mix": "entailment",
-    # FEVER train claims with their evidence text (local file, training.fever)
-    "fever": "verification",
-    "fever-nli": "entailment",
-    "fever-swaps": "verification",
-    "fever-swaps-half": "verification",
+    **{name: TASK_OF_DATASET[name] for name in _DATASET_ORDER if name in TASK_OF_DATASET},
+    **{name: task for name, task in TASK_OF_DATASET.items() if name not in _DATASET_ORDER},
 }
 # Defaults that follow other keys (a minimal recipe gets the pretrained vectors, a
 # pretrained vocabulary and, for AttConv, the tuned second channel: what served small own data
@@ -93,7 +86,8 @@ class DataSection(_Strict):
     test: Path | None = Field(None, description="Test file (scored once, after training), relative to the recipe.")
     format: str | None = Field(None, description="Reader of the three files: `text-csv`, `text-tsv`, `text-jsonl` (single texts); `snli-jsonl`, `snli-txt`, `nli-jsonl` (pairs); `fever-jsonl` (claim + evidence list).")
     labels: list[str] | None = Field(None, description="Label order for file data (default: order of first appearance in train).")
-    task: Literal["classification", "entailment", "verification"] | None = Field(None, description="The task the files must turn out to be (file data only; checked against the format).")
+    # one of the registered labelled tasks (core.tasks), which pydantic's error lists
+    task: Literal[_FILE_TASKS] | None = Field(None, description="The task the files must turn out to be (file data only; checked against the format).")
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataSection":
@@ -365,14 +359,14 @@ train = "train.csv"              # paths relative to this file
 dev = "dev.csv"
 test = "test.csv"
 format = "text-csv"
-task = "classification"          # classification, entailment or verification
+task = "@EXAMPLE_TASK@"          # classification, entailment or verification
 
 [model]
 architecture = "attconv-light"   # attconv-light/-advanced: every task; abcnn-1..3, bcnn: pairs; act, transformer: single texts
 
 [limits]
 max_lengths = { input_ids = 64 } # pairs: premise_ids, hypothesis_ids; claims: claim_ids, evidence_ids (+ max_evidence)
-"""
+""".replace("@EXAMPLE_TASK@", _EXAMPLE_TASK)
 
 # The [model] table's keys besides `architecture`: fields of the architecture's network config
 # (models.*Config dataclasses), described here so that docs/recipes.md documents every key a

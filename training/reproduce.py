@@ -189,7 +189,7 @@ def run_row(
         encoder = TextEncoder.from_file(Path(folder) / TOKENIZER_FILE)
 
         def logits_of(examples: Sequence[Any]) -> Any:
-            encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None)
+            encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None, data.task)
             return predict_logits(network, encoded, recipe.train.eval_batch_size)
 
         return result, logits_of(data.dev), logits_of(data.test)

@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from tokenizers import Tokenizer
 
 from models import TextClassifier, build_network
-from core.tasks import TASKS
+from core.tasks import TASKS, TaskForm
 from core.tokenization import TextEncoder, pad_2d, pad_3d
 from training.acceleration import (autocast, autocast_dtype, batch_stream, compile_network, fused_optimizer, loader_workers,
                                    uncompile_network)
@@ -105,7 +105,8 @@ def load_splits(recipe: Recipe, cache_dir: str | Path | None = None) -> DatasetS
     data = recipe.data
     if data.dataset is not None:
         return load_dataset(data.dataset, cache_dir=cache_dir)
-    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name)
+    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name,
+                           task=data.task)
 
 
 @dataclass
@@ -132,11 +133,13 @@ class EncodedExamples:
         labels: Sequence[str],
         max_lengths: dict[str, int],
         max_evidence: int | None,
+        task: str | None = None,
     ) -> "EncodedExamples":
+        """`task`: the split's task (core.tasks name); None: the one whose inputs max_lengths names."""
         columns: list[list[Any]] | None = None
         costs: list[int] = []
         for start in range(0, len(examples), ENCODE_CHUNK):
-            arrays = encode_examples(encoder, examples[start : start + ENCODE_CHUNK], max_lengths, max_evidence)
+            arrays = encode_examples(encoder, examples[start : start + ENCODE_CHUNK], max_lengths, max_evidence, task)
             if columns is None:
                 columns = [[] for _ in arrays]
             chunk_costs = np.zeros(arrays[0].shape[0], dtype=np.int64)
@@ -272,7 +275,7 @@ def evaluate(
     else:
         examples = list(data)
     encoder = TextEncoder.from_file(Path(checkpoint_dir) / TOKENIZER_FILE)
-    encoded = EncodedExamples.encode(encoder, examples, meta.labels, meta.max_lengths, meta.max_evidence)
+    encoded = EncodedExamples.encode(encoder, examples, meta.labels, meta.max_lengths, meta.max_evidence, network.config.task)
     return evaluate_encoded(network, encoded, meta.labels, batch_size)
 
 
@@ -582,7 +585,7 @@ def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str]
     encoder = TextEncoder(tokenizer)
 
     def encode(examples: Sequence[Example]) -> EncodedExamples:
-        return EncodedExamples.encode(encoder, examples, labels, limits.max_lengths, limits.max_evidence)
+        return EncodedExamples.encode(encoder, examples, labels, limits.max_lengths, limits.max_evidence, splits.task)
 
     train_data, dev_data, test_data = encode(train_examples), encode(splits.dev), encode(splits.test)
     dev_sources = splits.sources.get("dev") if splits.sources else None
@@ -594,8 +597,8 @@ def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str]
         select_metric = selection_metric(splits.name, splits.dev, labels)
     bias = None
     if cfg.debias == "statement-only":
-        if splits.task == "classification":
-            raise ValueError(f"{recipe.name}: debias = \"statement-only\" needs a pair task, not classification")
+        if TASKS[splits.task].form is TaskForm.TEXT:
+            raise ValueError(f"{recipe.name}: debias = \"statement-only\" needs a pair task, not {splits.task} (one text)")
         from training.debias import statement_only_prior
 
         bias = statement_only_prior(train_examples, labels, cfg.seed)
@@ -605,7 +608,8 @@ def prepare_data(recipe: Recipe, splits: DatasetSplits, vectors: tuple[list[str]
         from training.ood import ood_sets
 
         for ood_set in (found for found in ood_sets(splits.task, root=ood_root) if found.fits(labels)):  # two labels: no 3-way sets
-            ood_data.append((ood_set, EncodedExamples.encode(encoder, ood_set.examples, ood_set.labels, limits.max_lengths, limits.max_evidence)))
+            ood_data.append((ood_set, EncodedExamples.encode(encoder, ood_set.examples, ood_set.labels, limits.max_lengths,
+                                                             limits.max_evidence, splits.task)))
 
     return PreparedData(labels, train_examples, tokenizer, tokenizer_path, encoder, train_data, dev_data, test_data,
                         dev_sources, select_metric, ranking, bias, ood_data)

@@ -20,6 +20,7 @@ import models.base
 from tests.model_cases import SMALL
 from models import TASKS, NetworkConfig, TextClassifier, architectures
 from models.layers import masked_mean, masked_softmax
+from core.tasks import TaskForm
 from core.tokenization import TextEncoder
 from training.baseline import C_GRID, run_baseline
 from training.batching import encode_examples
@@ -76,7 +77,7 @@ class MeanBag(TextClassifier):
 
 if "test-mean-bag" not in architectures():
     models.base.register(
-        "test-mean-bag", tasks=("classification", "entailment", "verification"), description="test only"
+        "test-mean-bag", forms=(TaskForm.TEXT, TaskForm.PAIR, TaskForm.CONTEXTS), description="test only"
     )(MeanBag)
 
 
