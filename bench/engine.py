@@ -2,10 +2,10 @@
 SPEC a JSON file; prints `BENCH_JSON {...}`), so the parent's imports and threads do not
 share the measured core.
 
-- engine ceiling: the service's own runtime (service.runtime.ModelRuntime: same session
+- engine ceiling: the service's own runtime (service.inference.runtime.ModelRuntime: same session
   options, length buckets and padding) fed full batches of one bucket shape, encoded by the
   service's own request encoder: what the batcher could reach with no HTTP and no waiting.
-- engine requests: the service's engine (service.engine.Engine: checks, tokenizing in the
+- engine requests: the service's engine (service.inference.engine.Engine: checks, tokenizing in the
   inference thread, batching in arrival order, planned graph calls, rendered answers) fed the
   HTTP bench's own request bodies by N concurrent in-process callers: the service's code with
   no HTTP in front, so service / engine-requests is what HTTP, JSON and validation cost.
@@ -51,7 +51,7 @@ def summary_ms(durations: list[float]) -> dict:
 def load_runtime(bundle: Path, threads: int, device: str = "cpu"):
     """The service's runtime of `bundle`: on the CPU, or (device "cuda") on CUDA with the
     service's default CUDA provider options (service.settings)."""
-    from service.runtime import CPU, ModelRuntime, requested_providers
+    from service.inference.runtime import CPU, ModelRuntime, requested_providers
     from service.settings import Settings
 
     if device == "cpu":
@@ -61,7 +61,7 @@ def load_runtime(bundle: Path, threads: int, device: str = "cpu"):
 
 def service_items(runtime, examples: list) -> list:
     """Examples -> the batcher's items, through the service's own request encoder."""
-    from service.tasks import encode
+    from service.inference.tasks import encode
 
     return [e.item for e in encode(runtime, examples)]
 
@@ -108,7 +108,7 @@ def engine_requests(runtime, bodies: Path, concurrencies: list[int], seconds: fl
     import asyncio
     from types import SimpleNamespace
 
-    from service.engine import Engine, warm_up
+    from service.inference.engine import Engine, warm_up
     from service.metrics import Metrics
     from service.settings import Settings
 
@@ -186,8 +186,8 @@ def raw_session(runtime, bodies: Path, seconds: float, max_batch_size: int, max_
     the service on the same bodies is compared with this (issue 57)."""
     from types import SimpleNamespace
 
-    from service.engine import warm_up
-    from service.runtime import plan_calls
+    from service.inference.engine import warm_up
+    from service.inference.runtime import plan_calls
     from service.settings import Settings
 
     settings = Settings(model_repository=[runtime.bundle.path.parent], max_batch_size=max_batch_size,

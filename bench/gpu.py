@@ -33,7 +33,7 @@ class CudaMissing(RuntimeError):
 def require_cuda() -> None:
     import onnxruntime as ort
 
-    from service.runtime import CUDA
+    from service.inference.runtime import CUDA
 
     available = ort.get_available_providers()
     if CUDA not in available:
@@ -75,7 +75,7 @@ def run(out: Path, repository: Path, model: str, dataset: str, workers: int, dur
     from bench.engine import engine_ceiling, engine_requests, load_runtime
     from bench.peers import is_failed
     from bench.workloads import ENDPOINT_OF_TASK, test_examples, write_bodies
-    from service.runtime import batch_grid
+    from service.inference.runtime import batch_grid
 
     started = time.time()
     work = out / "work"

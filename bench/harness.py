@@ -21,7 +21,7 @@ from bench.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
-# a drain after SIGTERM exits 0 (service.server.DrainingServer); the "stopped" log line tells it ran
+# a drain after SIGTERM exits 0 (service.process.server.DrainingServer); the "stopped" log line tells it ran
 GRACEFUL_EXIT_CODES = (0,)
 
 

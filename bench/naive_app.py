@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.schemas import TASK_SCHEMAS
+from service.http.schemas import TASK_SCHEMAS
 
 # the service's own request bodies, so the baseline validates exactly what the service does
 ClassifyBody = TASK_SCHEMAS["classification"].body

@@ -75,7 +75,7 @@ class OnnxBundleModel:
 
 
 def freeze_gc() -> None:
-    """The service's start-up treatment (service/app.py): collect, then freeze what is alive."""
+    """The service's start-up treatment (service/http/app.py): collect, then freeze what is alive."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
@@ -84,7 +84,7 @@ def freeze_gc() -> None:
 def create_app():
     from fastapi import FastAPI
 
-    from service.schemas import TASK_SCHEMAS
+    from service.http.schemas import TASK_SCHEMAS
 
     ClassifyBody, EntailmentBody = TASK_SCHEMAS["classification"].body, TASK_SCHEMAS["entailment"].body
 

@@ -53,7 +53,7 @@ class Peer:
         self.encoder = TextEncoder.from_file(BUNDLE / "tokenizer.json")
         self.labels = self.config["labels"]
         self.max_lengths = self.config["max_lengths"]
-        # The service's start-up treatment (service/app.py): freeze what is alive after loading
+        # The service's start-up treatment (service/http/app.py): freeze what is alive after loading
         # out of the garbage collector, so full collections walk only what requests allocate.
         if self.config["task"] != "verification":  # one warm-up call
             self._answer({name: np.ones((1, 4), dtype=np.int64) for name in self.config["inputs"]})

@@ -21,8 +21,8 @@ SAMPLE_RATE = 200  # Hz
 # layer -> substrings of the frame's file path
 LAYERS = {
     "onnxruntime session.run": ("onnxruntime/capi",),
-    "service batcher": ("service/batcher.py",),
-    "service routes (validate, encode, answer)": ("service/routes.py",),
+    "service batcher": ("service/inference/batcher.py",),
+    "service routes (validate, encode, answer)": ("service/http/routes.py",),
     "tokenizers": ("core/tokenization.py",),
     "pydantic": ("pydantic",),
     "fastapi + starlette": ("fastapi/", "starlette/"),

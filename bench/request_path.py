@@ -1,4 +1,4 @@
-"""Where one single-item request's Python goes, per layer: the real app (service.app) served by
+"""Where one single-item request's Python goes, per layer: the real app (service.http.app) served by
 uvicorn in this process, pinned to one core, with cProfile on the event-loop thread while wrk
 (pinned to another core) sends single-item /entailment bodies at c=32.
 
@@ -43,7 +43,7 @@ from bench.workloads import BATCH_INPUTS, test_examples, write_bodies
 # layer -> substrings of a function's file path; the first match wins (order matters)
 LAYERS = (
     ("HTTP parse + connection (uvicorn, httptools)", ("uvicorn/", "httptools")),
-    ("our middleware (service/http.py)", ("service/http.py",)),
+    ("our middleware (service/http/http.py)", ("service/http/http.py",)),
     ("Starlette middleware stack", ("starlette/middleware",)),
     ("routing (starlette/routing.py)", ("starlette/routing.py",)),
     ("FastAPI route + dependency resolution", ("fastapi/routing.py", "fastapi/dependencies", "fastapi/")),
@@ -52,12 +52,12 @@ LAYERS = (
     ("other Starlette", ("starlette/",)),
     ("validation + serialization (pydantic)", ("pydantic",)),
     ("json encode/decode (stdlib)", ("json/",)),
-    ("our entry point + hot path (service/entry.py)", ("service/entry.py",)),
-    ("our routes (service/routes.py, tasks, schemas, errors)", ("service/routes.py", "service/tasks.py",
-                                                                 "service/schemas.py", "service/errors.py",
-                                                                 "service/oip.py", "service/auth.py")),
+    ("our entry point + hot path (service/http/entry.py)", ("service/http/entry.py",)),
+    ("our routes (service/http/routes.py, tasks, schemas, errors)", ("service/http/routes.py", "service/inference/tasks.py",
+                                                                 "service/http/schemas.py", "service/errors.py",
+                                                                 "service/http/oip.py", "service/http/auth.py")),
     ("tokenizing (core/tokenization.py, tokenizers)", ("core/tokenization.py", "tokenizers")),
-    ("engine submit + futures (service/engine.py, batcher.py)", ("service/engine.py", "service/batcher.py")),
+    ("engine submit + futures (service/inference/engine.py, batcher.py)", ("service/inference/engine.py", "service/inference/batcher.py")),
     ("metrics (service/metrics.py, prometheus_client)", ("service/metrics.py", "prometheus_client")),
     ("event loop (asyncio, uvloop)", ("asyncio/", "uvloop", "<built-in method select", "selectors")),
 )
@@ -118,13 +118,13 @@ class StageTimer:
     def __init__(self, bundle: Path, raw_bodies: list[bytes], concurrency: int) -> None:
         from pydantic import TypeAdapter
 
-        from service.batcher import Done
-        from service.engine import Engine, warm_up
+        from service.inference.batcher import Done
+        from service.inference.engine import Engine, warm_up
         from service.metrics import Metrics
-        from service.routes import ANSWER_JSON, TASK_BODIES
-        from service.runtime import CPU, ModelRuntime
+        from service.http.routes import ANSWER_JSON, TASK_BODIES
+        from service.inference.runtime import CPU, ModelRuntime
         from service.settings import Settings
-        from service.tasks import encode
+        from service.inference.tasks import encode
 
         self.settings = Settings(model_repository=[bundle.parent], intra_op_threads=1, max_queue=4096)
         self.runtime = runtime = ModelRuntime.load(bundle, [CPU], 1)
@@ -154,7 +154,7 @@ class StageTimer:
         self.dump = ANSWER_JSON.dump_json
 
     def plan(self, batch: list) -> list[list[int]]:
-        from service.runtime import plan_calls
+        from service.inference.runtime import plan_calls
 
         r = self.runtime
         return plan_calls([item.shape for item in batch], r.shape_tokens, r.call_overhead_tokens,
@@ -183,7 +183,7 @@ class StageTimer:
         `concurrency` callers (the engine's inference thread included)."""
         import asyncio
 
-        from service.engine import Engine
+        from service.inference.engine import Engine
         from service.metrics import Metrics
 
         async def run() -> float:
@@ -235,7 +235,7 @@ def _server_in_process(model: str, server_cpu: str, out: Path, dataset: str, exa
                        "ATTSERVE_DEVICE": "cpu", "ATTSERVE_INTRA_OP_THREADS": "1", "ATTSERVE_MAX_QUEUE": "4096",
                        "ATTSERVE_LOG_LEVEL": "WARNING"})
     os.sched_setaffinity(0, {int(c) for c in server_cpu.split(",")})
-    from service.app import create_app
+    from service.http.app import create_app
 
     out.mkdir(parents=True, exist_ok=True)
     body_dir = Path(tempfile.mkdtemp(prefix="request-path-"))

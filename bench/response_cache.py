@@ -12,7 +12,7 @@
 
 wrk (one thread, bench/wrk.lua) sends a body file's lines in order, cycling, so which requests
 hit is fixed by the file and the cache's size; `expected_hit_share` replays each arm's
-sequence through service.cache.ResponseCache with the answers' real sizes to say it (answers
+sequence through service.http.cache.ResponseCache with the answers' real sizes to say it (answers
 only: on the hot path a miss also stores its raw body's entry, about doubling what an answer
 costs; the hot 50 still stay in 256 KiB, and 64 KiB still holds no cycle).
 
@@ -57,10 +57,10 @@ def expected_hit_share(lines: list[str], max_bytes: int, answer_bytes: int = 190
     single-pair SNLI answer)."""
     from pydantic import TypeAdapter
 
-    from service.cache import ResponseCache
+    from service.http.cache import ResponseCache
     from service.metrics import Metrics
-    from service.registry import ModelEntry
-    from service.schemas import TASK_SCHEMAS
+    from service.inference.registry import ModelEntry
+    from service.http.schemas import TASK_SCHEMAS
 
     cache = ResponseCache(max_bytes, Metrics())
     entry = ModelEntry("snli-attconv-light", Path("."), load_id=1)

@@ -2,7 +2,7 @@
 
     python -m bench.score_file INPUT.jsonl --model nli-attconv-advanced --columns premise=sentence1,hypothesis=sentence2
 
-- engine: service.engine.Engine on the service's runtime (scoring.files.load_engine_parts:
+- engine: service.inference.engine.Engine on the service's runtime (scoring.files.load_engine_parts:
   the same settings and warm-up), fed the file's rows, parsed ahead and untimed, as requests of
   --batch-size inputs all queued at once (scoring.files.score_inputs): what the engine does
   with no file, no checks per row and no writing.
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 
 def engine_items_per_s(bundle: Path, inputs: list[SimpleNamespace], batch_size: int, threads: int) -> float:
-    from service.engine import Engine
+    from service.inference.engine import Engine
     from service.metrics import Metrics
     from scoring.files import load_engine_parts, score_inputs
 

@@ -92,12 +92,12 @@ def service_spec(port: int, repository: Path, model: str, *, max_batch_size: int
         "ATTSERVE_MAX_QUEUE": "4096",
         "ATTSERVE_LOG_LEVEL": "WARNING",
     }
-    return uvicorn_spec("service", "service.app:create_app", port, env, stack or UvicornOptions())
+    return uvicorn_spec("service", "service.http.app:create_app", port, env, stack or UvicornOptions())
 
 
 def service_workers_spec(port: int, repository: Path, model: str, *, workers: int, max_batch_size: int,
                          max_batch_delay_ms: float) -> ServerSpec:
-    """The service as `attserve serve --workers N` runs it (service.workers: a supervisor and N
+    """The service as `attserve serve --workers N` runs it (service.process.workers: a supervisor and N
     worker processes, each with its own SO_REUSEPORT socket and 1 intra-op thread)."""
     spec = service_spec(port, repository, model, max_batch_size=max_batch_size,
                         max_batch_delay_ms=max_batch_delay_ms, intra_op_threads=1)

@@ -19,8 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from service.app import create_app as create_service_app
-from service.runtime import Item, ModelRuntime
+from service.http.app import create_app as create_service_app
+from service.inference.runtime import Item, ModelRuntime
 
 
 def _constant_call(self: ModelRuntime, items: Sequence[Item],

@@ -459,7 +459,7 @@ def ratios(r: dict) -> dict:
                                            ">= 0.5", f"best single-item items/s over concurrencies / engine items/s at batch {size}"),
         "service_batch32_vs_engine": _ratio(_best(batch, "items_per_s"), ceiling.get(str(BATCH_INPUTS), {}).get("items_per_s"),
                                             ">= 0.9", f"best 32-item-request items/s / engine items/s at batch {BATCH_INPUTS}"),
-        # The same requests through service.engine.Engine in process (bench.engine): what HTTP,
+        # The same requests through service.inference.engine.Engine in process (bench.engine): what HTTP,
         # JSON and validation cost, with tokenizing, mixed shapes and rendering on both sides.
         "service_single_vs_engine_requests": _ratio(
             _best(single, "items_per_s"), _best(requests.get("single"), "items_per_s"), ">= 0.3",

@@ -1,7 +1,7 @@
 """`attserve` CLI: one command per step of the pipeline.
 
 Each command lives beside the code it drives (`training/data_command.py`, `training/commands.py`, `export/commands.py`,
-`service/commands.py`, `bench/commands.py`; the `attserve bundle ...` group in `export/rewrite/commands.py`)
+`service/process/commands.py`, `bench/commands.py`; the `attserve bundle ...` group in `export/rewrite/commands.py`)
 and those modules import nothing heavy at import time, so `attserve serve` never loads torch and
 `--help` is instant.
 """
@@ -31,7 +31,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "training.data_command": ("data",),
     "training.commands": ("train", "evaluate", "baseline", "card", "fever_report", "recipe_options"),
     "export.commands": ("export",),
-    "service.commands": ("serve",),
+    "service.process.commands": ("serve",),
     "bench.commands": ("bench",),
     "cli.score": ("score",),  # bulk scoring of files (scoring.files), no server
     "training.reproduce": ("reproduce",),

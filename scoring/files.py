@@ -1,7 +1,7 @@
 """Bulk scoring of a file, in-process: `attserve score INPUT -o OUTPUT --model NAME` (cli/score.py).
 
 The rows of a JSONL, CSV or Parquet file run through the service's own engine and runtime
-(service.engine.Engine over service.runtime.ModelRuntime, as bench/engine.py drives them), with
+(service.inference.engine.Engine over service.inference.runtime.ModelRuntime, as bench/engine.py drives them), with
 no HTTP: an answer is the dict the HTTP API renders for the same input (tests/service/
 test_scoring.py compares them). The output has the input's format, the input's columns and the
 answer's columns added:
@@ -45,7 +45,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from core.tasks import TASKS, Task
 from service.errors import InvalidInput, ServiceError
 from service.settings import Settings
-from service.tasks import check_texts
+from service.inference.tasks import check_texts
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet",
            ".pq": "parquet"}
@@ -92,7 +92,7 @@ class Chunk:
 
 class RowChecker:
     """A row's task input from its fields (`columns`: task field -> input column), checked
-    against the service's limits for one input (service.tasks.check_texts, the model's
+    against the service's limits for one input (service.inference.tasks.check_texts, the model's
     max_evidence), so a bad row is refused alone instead of failing its whole batch."""
 
     def __init__(self, task: Task, columns: dict[str, str], settings: Settings, max_evidence: int | None) -> None:
@@ -331,9 +331,9 @@ def engine_settings(repository: Path, batch_size: int, threads: int) -> Settings
 
 
 def load_engine_parts(bundle: Path, threads: int, batch_size: int, device: str = "cpu") -> tuple[Any, Settings]:
-    """The service's runtime of `bundle`, warmed up as the service warms it (service.engine.warm_up)."""
-    from service.engine import warm_up
-    from service.runtime import CPU, ModelRuntime, requested_providers
+    """The service's runtime of `bundle`, warmed up as the service warms it (service.inference.engine.warm_up)."""
+    from service.inference.engine import warm_up
+    from service.inference.runtime import CPU, ModelRuntime, requested_providers
 
     settings = engine_settings(bundle.parent, batch_size, threads)
     providers = [CPU] if device == "cpu" else requested_providers(device)
@@ -443,7 +443,7 @@ async def _score_file(input_path: Path, output: Path, bundle: Path, *, columns: 
     import time
 
     from core.bundle import load_bundle
-    from service.engine import Engine
+    from service.inference.engine import Engine
     from service.metrics import Metrics
     from service.settings import available_cpus
 

@@ -5,8 +5,8 @@ file or a set of files too large for one machine. Needs the `ray` extra (ray[dat
       -> map_batches(ScorePredictor, concurrency=N actors, num_cpus=C each, batch_format="pyarrow")
       -> write (write_json / write_csv / write_parquet: OUTPUT is a folder of files)
 
-Each actor holds ONE onnxruntime session (service.runtime.ModelRuntime with C intra-op threads)
-behind the service's own engine (service.engine.Engine, on the actor's private event loop), and
+Each actor holds ONE onnxruntime session (service.inference.runtime.ModelRuntime with C intra-op threads)
+behind the service's own engine (service.inference.engine.Engine, on the actor's private event loop), and
 scores its blocks with scoring.files.score_inputs and scoring.files.RowChecker: the same
 checks, the same engine and the same answer columns as the local path, so the rows it writes
 equal `attserve score`'s (tests/service/test_scoring_ray.py, on 10,000 rows). Row order is kept
@@ -43,7 +43,7 @@ class ScorePredictor:
     def __init__(self, bundle: str, columns: dict[str, str], batch_size: int, threads: int, prefix: str,
                  fmt: str) -> None:
         from core.bundle import load_bundle
-        from service.engine import Engine
+        from service.inference.engine import Engine
         from service.metrics import Metrics
         from scoring.files import load_engine_parts
 

@@ -1,3 +1,12 @@
-"""The inference service: settings, schemas, runtime (onnxruntime), batcher, engine, routes, metrics.
+"""The inference service, in layers that import one way (tests/unit/test_import_graph.py):
+
+- shared by every layer, importing none of the sub-packages: settings, metrics, errors, logs,
+  tracing (the batcher stamps traces too), worker_group (the workers' shared readiness, read by
+  the app and the model control, written by the supervisor);
+- service.inference: the models and their execution (runtime, batcher, engine, tasks, registry,
+  model_control); knows nothing of HTTP;
+- service.http: HTTP and its protocols (the app, the entry point, the routes, the Open Inference
+  Protocol, the explanation page, ...) over the inference layer;
+- service.process: processes and operations (`attserve serve`, the server, the workers).
 
 Imports neither torch nor `models`/`training` (a test asserts it)."""

@@ -2,7 +2,7 @@
 
 import typer
 
-from service.commands import serve
+from service.process.commands import serve
 
 if __name__ == "__main__":
     typer.run(serve)

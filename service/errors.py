@@ -239,8 +239,8 @@ class EndpointBody:
     """What an endpoint's JSON body takes, as its error messages say it: an example of each
     form (the "send ..." hint), the fields of one input, and every field the body takes
     anywhere (the did-you-mean candidates). Registered by the module that defines the body
-    (service.schemas for every task of core.tasks, made from its registry entry by `of_task`;
-    service.zero_shot), so no message lists a field the endpoint does not take."""
+    (service.http.schemas for every task of core.tasks, made from its registry entry by `of_task`;
+    service.http.zero_shot), so no message lists a field the endpoint does not take."""
 
     example: str
     input_fields: tuple[str, ...]
@@ -344,7 +344,7 @@ def _describe(err: dict, path: str) -> str:
             return f"body: empty; send a JSON object: {example}"
         return f"{where}: required field missing; send {example}"
     if kind == "extra_forbidden":
-        # unknown fields are ignored (service.schemas); what reaches here is a field of another
+        # unknown fields are ignored (service.http.schemas); what reaches here is a field of another
         # form or place, or a near miss of a field the endpoint takes
         if spec is not None and spec.batch and field in ("inputs", *spec.input_fields) and "[" not in where:
             return (f"{where}: not expected here: send either one input or a batch under \"inputs\", "
@@ -402,7 +402,7 @@ def _media_type_problem(request: Request, exc: RequestValidationError) -> str | 
 
 
 def service_error_response(exc: ServiceError, path: str) -> JSONResponse:
-    """The answer to an expected failure (its handler's, and the hot path's in service.entry);
+    """The answer to an expected failure (its handler's, and the hot path's in service.http.entry);
     a server-side failure is logged."""
     if exc.status >= 500 and exc.status != 503:
         log.error("request failed", extra={"path": path, "code": exc.code, "detail": exc.message})
@@ -411,7 +411,7 @@ def service_error_response(exc: ServiceError, path: str) -> JSONResponse:
 
 def validation_error_response(errors: Sequence[dict], path: str) -> JSONResponse:
     """The 422 of a body that failed validation (`errors`: pydantic's), as the route and the hot
-    path (service.entry) both answer it."""
+    path (service.http.entry) both answer it."""
     return error_response(422, "invalid_input", _validation_message(errors, path), path=path)
 
 

@@ -89,7 +89,7 @@ class Metrics:
             "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
             ["model", "reason"], registry=r,
         )
-        # the response cache (service.cache; ATTSERVE_RESPONSE_CACHE_BYTES)
+        # the response cache (service.http.cache; ATTSERVE_RESPONSE_CACHE_BYTES)
         self.response_cache_hits = Counter(
             "attserve_response_cache_hits", "Answers served from the response cache.", ["model"], registry=r,
         )
@@ -131,7 +131,7 @@ async def watch_event_loop(metrics: Metrics, interval_s: float = LOOP_LAG_INTERV
 
 
 def render(metrics: Metrics) -> bytes:
-    """The Prometheus text of this process, or with workers (service.workers) of all of them:
+    """The Prometheus text of this process, or with workers (service.process.workers) of all of them:
     in multiprocess mode the values live in files that any worker can sum."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess

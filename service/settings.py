@@ -70,7 +70,7 @@ class _Settings(BaseSettings):
     max_batch_delay_ms: float = Field(0.0, ge=0)
     max_batch_tokens: int = Field(16384, ge=1)
     # A batch whose items have very different bucket shapes runs as several graph calls, so
-    # short items are not padded to the longest (service.runtime.plan_calls). This is what one
+    # short items are not padded to the longest (service.inference.runtime.plan_calls). This is what one
     # more call costs, in padded tokens; None: measured per model at warm-up (the "model ready"
     # log gives it); 0: one call per shape; a huge value: one call per batch.
     call_overhead_tokens: float | None = Field(None, ge=0)
@@ -80,7 +80,7 @@ class _Settings(BaseSettings):
 
     # onnxruntime
     intra_op_threads: int | None = Field(None, ge=1)
-    # Server processes behind the port (service.workers); each loads every model.
+    # Server processes behind the port (service.process.workers); each loads every model.
     workers: int = Field(1, ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # CUDAExecutionProvider options (device cuda, or auto on a GPU; ignored on CPU).
@@ -96,7 +96,7 @@ class _Settings(BaseSettings):
     cuda_mem_limit: int | None = Field(None, ge=1)
     # Pad each graph call's batch dimension to a grid size (1, 2, 4, ... up to max_batch_size),
     # as lengths are padded to buckets, so a session only sees the shapes its warm-up ran
-    # (service.runtime). None: on for CUDA, off on CPU (bench.ab on CPU: see README Performance).
+    # (service.inference.runtime). None: on for CUDA, off on CPU (bench.ab on CPU: see README Performance).
     batch_grid: bool | None = None
 
     # Request limits
@@ -115,7 +115,7 @@ class _Settings(BaseSettings):
     # bundled verification model with five evidence sentences each stay well under it)
     max_answer_bytes: int = Field(8 << 20, ge=1024)
 
-    # HTTP connection limits (service.http: uvicorn has no header-read timeout and, with
+    # HTTP connection limits (service.http.http: uvicorn has no header-read timeout and, with
     # httptools, no header size limit).
     max_header_bytes: int = Field(16_384, ge=1024)
     # request line + headers must arrive within this from the first byte (or from the
@@ -149,13 +149,13 @@ class _Settings(BaseSettings):
     otlp_service_name: str = "attserve"
     # share of the traces that start here that are kept; a caller's traceparent decides for its own
     trace_sample_ratio: float = Field(1.0, ge=0, le=1)
-    # The response cache (service.cache): at most this many bytes of answers, least recently used
+    # The response cache (service.http.cache): at most this many bytes of answers, least recently used
     # out first; 0: off. Per process (each worker has its own).
     response_cache_bytes: int = Field(0, ge=0)
 
     # API keys: with any set, every route but the health checks (and /metrics, unless
     # metrics_require_key) answers 401 without `Authorization: Bearer <one of them>`
-    # (service.auth). Comma-separated, and/or a file of one key per line (a Docker or Kubernetes
+    # (service.http.auth). Comma-separated, and/or a file of one key per line (a Docker or Kubernetes
     # secret), read once at start; SecretStr, so neither repr() nor a log shows them.
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     api_keys_file: Path | None = None
@@ -165,7 +165,7 @@ class _Settings(BaseSettings):
     # own name at this server's address still sends its own name.
     allowed_hosts: Annotated[list[str] | None, NoDecode] = None
 
-    # Models changed while serving (service.model_control, docs/model-control.md): none (the
+    # Models changed while serving (service.inference.model_control, docs/model-control.md): none (the
     # models found at start serve until the process ends), explicit (the Open Inference
     # Protocol's repository API loads, unloads and reloads them), poll (the repository folder is
     # watched every repository_poll_s: a new, changed or removed bundle is loaded, reloaded or
@@ -181,7 +181,7 @@ class _Settings(BaseSettings):
     # `name=version:share`, comma-separated (`fever-attconv=2:0.1`); the repository API changes it.
     canary: Annotated[dict[str, tuple[str, float]], NoDecode] = Field(default_factory=dict)
 
-    # how often freed memory is handed back to the OS (glibc malloc_trim; service.app); 0: never
+    # how often freed memory is handed back to the OS (glibc malloc_trim; service.http.app); 0: never
     memory_trim_s: float = Field(10.0, ge=0)
 
     shutdown_timeout_s: float = Field(30.0, ge=0)

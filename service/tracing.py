@@ -9,7 +9,7 @@ that request is), and each request's "inference" span links back to it.
 
 Off unless ATTSERVE_OTLP_ENDPOINT is set: then `Tracing.from_settings` is None, the SDK is
 never imported, and a request pays one `is None` test in the entry point and one context
-variable read when its inputs are queued (service.batcher). On, the spans go to an OTLP/HTTP
+variable read when its inputs are queued (service.inference.batcher). On, the spans go to an OTLP/HTTP
 collector through the SDK's BatchSpanProcessor (a background thread exports them; a request
 never waits for the collector), sampled at ATTSERVE_TRACE_SAMPLE_RATIO for traces that start
 here (a caller's traceparent decides for its own: ParentBased). An unsampled request records
@@ -52,7 +52,7 @@ def current() -> "RequestTrace | None":
 
 
 def enqueued() -> "RequestTrace | None":
-    """`current()`, with the time its inputs were queued stamped on it (service.batcher calls
+    """`current()`, with the time its inputs were queued stamped on it (service.inference.batcher calls
     it as it queues a request's inputs)."""
     trace = _CURRENT.get()
     if trace is not None and trace.enqueued_ns is None:
@@ -174,7 +174,7 @@ class RequestTrace:
 
     def resolved(self, entry: Any) -> None:
         """The body is parsed and validated, and its model resolved (`entry`, a
-        service.registry.ModelEntry, not imported: the batcher imports this module): the parse
+        service.inference.registry.ModelEntry, not imported: the batcher imports this module): the parse
         stage ends."""
         self.parsed_ns = time.time_ns()
         self.model = entry.name
@@ -251,7 +251,7 @@ class RequestTrace:
 
 def batch_ran(traced: list[RequestTrace], model: str, items: int, inference_s: float) -> None:
     """A batch of `items` inputs of `model` just ran, its onnxruntime time `inference_s`, with
-    the inputs of the traced requests `traced` (service.batcher calls it on the event loop).
+    the inputs of the traced requests `traced` (service.inference.batcher calls it on the event loop).
     Its "batch inference" span links to each request's span."""
     from opentelemetry import trace
 

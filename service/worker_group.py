@@ -1,4 +1,4 @@
-"""The workers' shared readiness (`ATTSERVE_WORKERS=N`, service.workers): the app of each
+"""The workers' shared readiness (`ATTSERVE_WORKERS=N`, service.process.workers): the app of each
 worker reads it for `/health/ready`, the supervisor's workers write it."""
 
 from __future__ import annotations

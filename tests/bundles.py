@@ -117,7 +117,7 @@ async def running_app(settings, wait_loaded: bool = True, **transport_options):
     httpx client talking to it in-process. Yields (app, client)."""
     import httpx
 
-    from service.app import create_app
+    from service.http.app import create_app
 
     app = create_app(settings)
     async with app.router.lifespan_context(app):

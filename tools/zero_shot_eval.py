@@ -1,4 +1,4 @@
-"""Zero-shot classification (service.zero_shot) on the labelled sets we have, against the trained
+"""Zero-shot classification (service.http.zero_shot) on the labelled sets we have, against the trained
 classifiers and the majority label: the figures in docs/zero-shot.md and the entailment cards.
 
     .venv/bin/python tools/zero_shot_eval.py [--limit N] > zero_shot_eval.json
@@ -8,7 +8,7 @@ For each of BBC News (bbc-act's test split, 426 articles) and tweets (tweets-act
 - every served entailment model (nli-attconv-advanced, scitail-attconv) answering the dataset's
   label names as candidate labels, with the default template and a task-worded one, single-label:
   accuracy of the top label; the pairs run through the service's engine in-process and the
-  scores through service.zero_shot.zero_shot_answer, i.e. what /zero-shot answers;
+  scores through service.http.zero_shot.zero_shot_answer, i.e. what /zero-shot answers;
 - the trained classifier of the set (bbc-act, tweets-act) through the same engine;
 - the majority label of the training split.
 """
@@ -27,10 +27,10 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.engine import Engine  # noqa: E402
+from service.inference.engine import Engine  # noqa: E402
 from service.metrics import Metrics  # noqa: E402
 from scoring.files import load_engine_parts, score_inputs  # noqa: E402
-from service.zero_shot import DEFAULT_TEMPLATE, ZeroShotRequest, hypothesis, zero_shot_answer  # noqa: E402
+from service.http.zero_shot import DEFAULT_TEMPLATE, ZeroShotRequest, hypothesis, zero_shot_answer  # noqa: E402
 
 REPOSITORY = ROOT / "model_repository"
 SETS = {

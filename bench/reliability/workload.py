@@ -17,7 +17,7 @@ from bench.loadgen import Outcome
 from core.bundle import CONFIG_FILE, TOKENIZER_FILE, read_config
 from core.tasks import TASKS
 from core.tokenization import PAD_TOKEN, TextEncoder, UNK_TOKEN
-from service.schemas import TASK_SCHEMAS
+from service.http.schemas import TASK_SCHEMAS
 
 
 log = logging.getLogger("bench.reliability")

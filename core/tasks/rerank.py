@@ -3,7 +3,7 @@ Its graph is unlabelled (scores, no logits); a pair network answers it (models.r
 
 The contract is the task's own, so it lives here, as the hooks a task module may declare for a
 request and an answer that follow an outside API rather than the service's labelled schemas
-(service.schemas reads them, naming no task):
+(service.http.schemas reads them, naming no task):
 
 - `REQUEST_OPTIONS`: the request's fields beside the task's texts, as a pydantic model; the
   service adds the texts (from `TASK.fields`), `truncate`, `model` and `version`, and its own
@@ -54,7 +54,7 @@ class Rank(BaseModel):
     text: str | None = Field(None, description="the text, when the request asked for it (return_text)")
 
 
-# the hooks service.schemas reads (see the module's docstring)
+# the hooks service.http.schemas reads (see the module's docstring)
 REQUEST_OPTIONS = RequestOptions
 ANSWER = list[Rank]
 

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from bench.harness import ServiceProcess  # noqa: E402  the one way the service is started as a process
 from core.tasks import TASKS  # noqa: E402
-from service.schemas import TASK_SCHEMAS  # noqa: E402
+from service.http.schemas import TASK_SCHEMAS  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 WORDS = "the quick brown fox jumps over the lazy dog near the river bank".split()

@@ -169,7 +169,7 @@ def test_compose_passes_the_api_keys_from_an_env_file(tmp_path):
     for name in ("api", "api-gpu"):
         assert services[name]["environment"]["ATTSERVE_API_KEYS"] == "key-from-the-env-file-0123"
     # the healthcheck probes a route that needs no key
-    from service.auth import HEALTH_PATHS
+    from service.http.auth import HEALTH_PATHS
 
     assert any(path in " ".join(services["api"]["healthcheck"]["test"]) for path in HEALTH_PATHS)
 

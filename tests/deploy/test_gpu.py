@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.bundles import metric_samples, record_feed_shapes, running_app
-from service.runtime import CUDA, batch_grid
+from service.inference.runtime import CUDA, batch_grid
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
 MODELS = ["snli-attconv-light", "fever-attconv", "bbc-act"]

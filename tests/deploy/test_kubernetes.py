@@ -295,7 +295,7 @@ def test_probes_use_the_services_health_endpoints_on_its_port(rendered, service_
 def test_api_keys_come_from_an_optional_secret(rendered):
     """Every overlay and the KServe InferenceService take ATTSERVE_API_KEYS from the Secret
     attserve-api-keys, which may be absent (no keys); the probes' paths need no key."""
-    from service.auth import HEALTH_PATHS
+    from service.http.auth import HEALTH_PATHS
 
     containers = {overlay: only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
                   for overlay, objects in rendered.items()}

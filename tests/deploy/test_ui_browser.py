@@ -227,7 +227,7 @@ def screenshot(driver, shots: Path, name: str) -> Path:
 # --- the files and their headers (no browser) -------------------------------------------------
 
 def test_page_files_and_headers(server) -> None:
-    from service.ui import CONTENT_SECURITY_POLICY
+    from service.http.ui import CONTENT_SECURITY_POLICY
 
     client = httpx.Client(base_url=server.base, timeout=10)
     redirect = client.get("/ui")
@@ -442,7 +442,7 @@ def test_rerank(driver, server, shots) -> None:
 
 
 def test_zero_shot(driver, server) -> None:
-    """Zero-shot (service.zero_shot): the entailment models in the picker, the labels best first
+    """Zero-shot (service.http.zero_shot): the entailment models in the picker, the labels best first
     with the API's own scores."""
     text = "Shares in the bank fell sharply after it reported a loss for the quarter."
     labels = ["sport", "business", "politics"]

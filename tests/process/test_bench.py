@@ -245,7 +245,7 @@ def test_profile_summary_shares() -> None:
     from bench.profile import summarize
 
     raw = "\n".join([
-        ("thread (11): MainThread;run (uvicorn/server.py:86);_predict (service/routes.py:150);"
+        ("thread (11): MainThread;run (uvicorn/server.py:86);_predict (service/http/routes.py:150);"
          "encode (core/tokenization.py:60) 6"),
         "thread (11): MainThread;run (uvicorn/server.py:86);app (starlette/routing.py:70) 2",
         ("thread (12): ort-m_0;_worker (concurrent/futures/thread.py:80);run "

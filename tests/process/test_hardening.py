@@ -6,7 +6,7 @@ probes and the abuse mix of bench/reliability/ at CI size.
 In-process (ASGI) for what the app decides: text limits before tokenizing (NFKC expansion),
 invisible text, excerpts of user input, no server paths, 499 for a client that leaves, the body
 timeout and deadline during the body read, drain with a stalled client, /docs off.
-Against a real `python -m service` for what the HTTP protocol layer (service.http) decides:
+Against a real `python -m service` for what the HTTP protocol layer (service.http.http) decides:
 header size limit, header timeout (idle and slowloris), the connection cap, a short body,
 SIGTERM with a stalled client. The full-size runs are `python -m bench.reliability expansion`
 and `slow-clients` (short forms below).
@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.bundles import copy_repository, metric_samples, running_app
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -731,7 +731,7 @@ def test_abuse_short(service_bundles, tmp_path):
 # --- third review: bounded work before anything runs, early refusals, echoes, Host --------------
 
 def test_unknown_fields_cost_little_and_too_many_are_refused_at_once(service_bundles):
-    from service.schemas import MAX_UNKNOWN_FIELDS
+    from service.http.schemas import MAX_UNKNOWN_FIELDS
 
     many = {"text": "hi", **{str(i): 0 for i in range(40_000)}}  # the review's 356 KB body: 9.7 s before
     allowed = {"text": "hi", **{f"meta{i}": i for i in range(MAX_UNKNOWN_FIELDS)}}
@@ -781,7 +781,7 @@ def test_a_field_name_or_path_is_never_echoed_past_40_characters(service_bundles
 
 
 def test_an_explanation_too_large_is_refused_before_inference(service_bundles, monkeypatch):
-    from service.runtime import ModelRuntime
+    from service.inference.runtime import ModelRuntime
 
     runs = []
     run = ModelRuntime.run

@@ -241,7 +241,7 @@ def test_altered_tokenizer_is_refused_by_its_checksum_naming_the_file(service_bu
     fail on tokenizer_sha256 alone. A loader that checked only model_sha256 would serve the
     swapped vocabulary silently (the altered file loads fine, as the last lines show)."""
     from core.bundle import BundleError, load_bundle, sha256_file
-    from service.runtime import ModelRuntime
+    from service.inference.runtime import ModelRuntime
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
     tokenizer = bundle / "tokenizer.json"
@@ -265,7 +265,7 @@ def test_weights_in_an_external_data_file_are_refused(service_bundles, tmp_path)
     the answers under the same version and model_sha256."""
     onnx = pytest.importorskip("onnx")
     from core.bundle import BundleError, load_bundle
-    from service.runtime import ModelRuntime
+    from service.inference.runtime import ModelRuntime
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["nli"]) / "nli"
     model = onnx.load(bundle / "model.onnx")
@@ -326,7 +326,7 @@ def test_external_data_is_found_wherever_a_tensor_can_sit():
 
 def test_smuggled_pickle_tokenizer_is_refused_naming_the_file(service_bundles, tmp_path):
     from core.bundle import BundleError
-    from service.runtime import ModelRuntime
+    from service.inference.runtime import ModelRuntime
 
     bundle = copy_repository(service_bundles, tmp_path / "repo", ["topic"]) / "topic"
     (bundle / "tokenizer.json").write_bytes(hostile_pickle(tmp_path / "pwned-tokenizer"))
@@ -338,7 +338,7 @@ def test_smuggled_pickle_tokenizer_is_refused_naming_the_file(service_bundles, t
 
 def test_loading_bundles_never_unpickles(service_bundles, monkeypatch):
     """Every test bundle loads, warms up and answers with Python's unpickler disabled."""
-    from service.runtime import ModelRuntime
+    from service.inference.runtime import ModelRuntime
 
     def refuse(*args, **kwargs):
         raise AssertionError("something unpickled")
@@ -405,11 +405,11 @@ def test_serving_code_loads_files_only_through_onnxruntime_and_tokenizers():
     build themselves), and the two loaders."""
     allowed = {"numpy", "onnxruntime", "tokenizers", "fastapi", "starlette", "pydantic", "pydantic_settings",
                "prometheus_client", "uvicorn", "typer", "service", "core",
-               "httptools",  # service/http.py: uvicorn's own parser, for its exception classes
+               "httptools",  # service/http/http.py: uvicorn's own parser, for its exception classes
                "google",  # protobuf (onnxruntime's own dependency): core/bundle.py reads where tensors keep their data
                "opentelemetry"}  # service/tracing.py, only with ATTSERVE_OTLP_ENDPOINT: writes spans, reads nothing
     third_party = set()
-    for f in sorted([*(REPO / "service").glob("*.py"), *(REPO / "core").glob("*.py")]):
+    for f in sorted([*(REPO / "service").rglob("*.py"), *(REPO / "core").glob("*.py")]):
         for node in ast.walk(ast.parse(f.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])

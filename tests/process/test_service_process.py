@@ -88,7 +88,7 @@ def test_throughput_http_vs_session(service_bundles, tmp_path):
     Run: python -m pytest tests/process/test_service_process.py -m slow -s"""
     import numpy as np
 
-    from service.runtime import ModelRuntime, requested_providers
+    from service.inference.runtime import ModelRuntime, requested_providers
 
     texts = [f"the team won the championship after extra time {i} ." for i in range(500)]
     server = ServiceProcess(service_bundles, tmp_path / "service.log", max_batch_delay_ms=2, max_batch_size=32,

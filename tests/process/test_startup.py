@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.bundles import copy_repository, running_app
-from service.app import create_app
-from service.registry import StartupError
+from service.http.app import create_app
+from service.inference.registry import StartupError
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def _models(repo: Path, **over):
 def test_the_default_model_is_explicit_or_stated(service_bundles, tmp_path, caplog):
     repo = copy_repository(service_bundles, tmp_path / "repo", ["topic", "sentiment"])
     # no default set: the old rule (both record 0.0 test accuracy: name order), stated
-    with caplog.at_level(logging.INFO, logger="service.registry"):
+    with caplog.at_level(logging.INFO, logger="service.inference.registry"):
         models, tasks = _models(repo)
     assert tasks["classification"]["default"] == "sentiment" and models["sentiment"]["default"]
     assert "no default set" in models["sentiment"]["default_reason"]

@@ -162,8 +162,8 @@ def test_workers_stop_when_their_supervisor_is_killed(service_bundles, tmp_path)
 def test_a_named_metrics_directory_is_emptied_only_when_it_is_the_services(tmp_path, monkeypatch):
     """PROMETHEUS_MULTIPROC_DIR pointing at a directory with other files (a volume,
     /tmp) stops start-up and keeps them; the service's own directory (its marker) is emptied."""
-    from service.registry import StartupError
-    from service.workers import MULTIPROC_ENV, MULTIPROC_MARKER, prepare_shared_dir
+    from service.inference.registry import StartupError
+    from service.process.workers import MULTIPROC_ENV, MULTIPROC_MARKER, prepare_shared_dir
 
     foreign = tmp_path / "data"
     (foreign / "keep").mkdir(parents=True)

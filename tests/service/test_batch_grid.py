@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 
 from tests.bundles import CORPUS, record_feed_shapes, running_app
-from service import runtime as runtime_module
-from service.runtime import CPU, CUDA, DeviceUnavailable, ModelRuntime, batch_grid, requested_providers
+from service.inference import runtime as runtime_module
+from service.inference.runtime import CPU, CUDA, DeviceUnavailable, ModelRuntime, batch_grid, requested_providers
 from service.settings import DEFAULT_MODEL_REPOSITORY, Settings
 
 WORDS = sorted({w for line in CORPUS for w in line.split()})
@@ -115,7 +115,7 @@ def _text(rng: random.Random, lo: int, hi: int) -> str:
 
 
 def _item(runtime: ModelRuntime, rng: random.Random):
-    from service.tasks import encode
+    from service.inference.tasks import encode
     from types import SimpleNamespace
 
     from core.tasks import TASKS

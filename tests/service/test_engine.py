@@ -1,4 +1,4 @@
-"""The engine (service.engine) without HTTP in front: what the routes, the Open Inference
+"""The engine (service.inference.engine) without HTTP in front: what the routes, the Open Inference
 Protocol and the bench's in-process baseline all call. Its answers are the HTTP answers, its
 checks are the API's 4xx errors, and a request that ends early (deadline, caller gone) leaves
 nothing behind in the queue."""
@@ -13,13 +13,13 @@ import pytest
 from tests.bundles import running_app
 from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, QueueFull, TooManyEvidence, TooManyInputs
 from service.metrics import Metrics
-from service.runtime import CPU, ModelRuntime
+from service.inference.runtime import CPU, ModelRuntime
 from service.settings import Settings
 from tests.service.test_engine_batching import _verify_inputs
 
 
 def _engine(bundle, **settings):
-    from service.engine import Engine, warm_up
+    from service.inference.engine import Engine, warm_up
 
     s = Settings(model_repository=[bundle.parent], call_overhead_tokens=0.0, **settings)
     runtime = ModelRuntime.load(bundle, [CPU], 1)

@@ -132,10 +132,10 @@ def test_every_batch_stays_within_a_small_token_budget(service_bundles):
     assert alone[float("inf")] == 1 and alone[float(budget)] == 0, alone  # without the budget: one batch over 1024
 
 
-# --- graph calls per batch (service.runtime.plan_calls) ------------------------------------
+# --- graph calls per batch (service.inference.runtime.plan_calls) ------------------------------------
 
 def _plan_cost(calls, shapes, tokens, overhead):
-    from service.runtime import padded_shape
+    from service.inference.runtime import padded_shape
 
     total = 0.0
     for call in calls:
@@ -147,7 +147,7 @@ def _plan_cost(calls, shapes, tokens, overhead):
 
 
 def test_plan_calls_runs_short_items_apart_from_long_ones_when_that_costs_less():
-    from service.runtime import plan_calls
+    from service.inference.runtime import plan_calls
 
     tokens = sum  # a pair item costs premise + hypothesis padded tokens
     shapes = [(8, 8)] * 30 + [(176, 32)] * 2
@@ -164,7 +164,7 @@ def test_plan_calls_finds_the_cheapest_split_of_the_shapes_in_cost_order():
     """Against every split of the cost-sorted distinct shapes into contiguous runs (brute force)."""
     import itertools
 
-    from service.runtime import plan_calls
+    from service.inference.runtime import plan_calls
 
     rng = random.Random(5)
     tokens = lambda shape: shape[0] * shape[1] + shape[2]  # noqa: E731  (evidence slots x length + claim)
@@ -194,8 +194,8 @@ def test_a_batch_split_into_calls_answers_and_explains_each_item_as_alone(servic
     explanation of exactly the rows that asked) equals its solo run."""
     import numpy as np
 
-    from service.runtime import CPU, ModelRuntime
-    from service.tasks import encode
+    from service.inference.runtime import CPU, ModelRuntime
+    from service.inference.tasks import encode
 
     class Claim:
         def __init__(self, claim, evidence):

@@ -169,7 +169,7 @@ def test_each_endpoints_errors_name_the_fields_it_takes(service_bundles):
     /rerank's 422 offers TEI's fields, not `inputs`."""
     from core.tasks import TASKS
     from service.errors import ENDPOINT_BODIES, generic_input
-    from service.schemas import TASK_SCHEMAS
+    from service.http.schemas import TASK_SCHEMAS
 
     assert [path for path in ENDPOINT_BODIES if path in {t.endpoint for t in TASKS.values()}] == \
         [t.endpoint for t in TASKS.values()]

@@ -1,4 +1,4 @@
-"""The task endpoints' hot path (service.entry): a JSON body is answered without FastAPI's
+"""The task endpoints' hot path (service.http.entry): a JSON body is answered without FastAPI's
 route (its dependency layer and second body read), a 422 of its validation too (the same
 message the route gives); anything else falls through to that route, whose answers and error
 bodies are the contract; the OpenAPI schema is
@@ -67,7 +67,7 @@ def test_valid_bodies_skip_fastapis_route_and_the_rest_falls_through(service_bun
 def test_a_fast_request_starts_no_disconnect_watcher(service_bundles, monkeypatch):
     """Most requests end before engine.WATCH_AFTER_S and never make the watcher task; one that
     waits longer does."""
-    import service.engine as engine
+    import service.inference.engine as engine
 
     started = []
     ensure_future = asyncio.ensure_future
@@ -96,7 +96,7 @@ def test_a_fast_request_starts_no_disconnect_watcher(service_bundles, monkeypatc
 def _exchange(settings: Settings, monkeypatch, plain: bool) -> list[tuple[int, dict, dict]]:
     """(status, JSON body, headers without the timing values and date) of a fixed set of
     requests; `plain=False` sends every one down the full stack (the hot path declines it)."""
-    from service.entry import ServiceEntry
+    from service.http.entry import ServiceEntry
 
     if not plain:
         monkeypatch.setattr(ServiceEntry, "_plain", lambda self, scope: False)
@@ -137,7 +137,7 @@ def test_the_hot_path_answers_as_the_full_stack_does(service_bundles, monkeypatc
 def test_api_keys_and_hosts_are_checked_before_the_hot_path(service_bundles, monkeypatch):
     """A request the Host allow-list or the API keys refuse never reaches the hot path: it is
     answered by their middleware (400, 401); an allowed one is answered hot."""
-    from service.entry import ServiceEntry
+    from service.http.entry import ServiceEntry
 
     hot: list[str] = []
     original = ServiceEntry._hot

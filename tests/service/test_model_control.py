@@ -1,4 +1,4 @@
-"""Models changed while serving (service.model_control, service.repository_api): versions side
+"""Models changed while serving (service.inference.model_control, service.http.repository_api): versions side
 by side, explicit load / unload / reload through the repository API with no failed request,
 refusals that leave the old load serving, poll mode, the canary share; in process (ASGI).
 tritonclient and several workers: tests/process/test_model_control_process.py."""
@@ -234,7 +234,7 @@ def test_a_reload_frees_the_old_session_without_a_collector_pass(versioned):
 
 def test_a_request_whose_version_was_unloaded_meanwhile_goes_to_the_default_unless_it_named_it(versioned):
     from service.errors import UnknownModel
-    from service.routes import current_load
+    from service.http.routes import current_load
 
     async def scenario():
         async with running_app(settings(versioned, model_control_mode="explicit")) as (app, client):

@@ -1,4 +1,4 @@
-"""The response cache (issue 54, service/cache.py): off by default; on, a repeated request is
+"""The response cache (issue 54, service/http/cache.py): off by default; on, a repeated request is
 answered from it (`x-cache: hit`) with the bytes the model gave; every field that changes the
 answer is in the key, unknown fields are not; only 200 answers are kept; the LRU stays within
 its bytes; and an answer of one load of a model is never served after a reload."""
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 
-from service import registry
-from service.cache import ResponseCache
-from service.engine import Engine, warm_up
+from service.inference import registry
+from service.http.cache import ResponseCache
+from service.inference.engine import Engine, warm_up
 from service.metrics import Metrics
-from service.runtime import ModelRuntime
-from service.schemas import TASK_SCHEMAS
+from service.inference.runtime import ModelRuntime
+from service.http.schemas import TASK_SCHEMAS
 from service.settings import Settings
 from tests.bundles import metric_samples, running_app
 
@@ -152,7 +152,7 @@ def test_no_stale_answer_survives_a_model_reload(service_bundles):
     answer of the old one."""
 
     async def reload(service, entry, path):
-        # what a reload does (service.registry): a new session warmed up, a new engine, a new load_id
+        # what a reload does (service.inference.registry): a new session warmed up, a new engine, a new load_id
         runtime = await asyncio.to_thread(ModelRuntime.load, path, service.providers, 1)
         await asyncio.to_thread(warm_up, runtime, service.settings)
         engine = Engine(runtime, service.settings, service.metrics)

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.bundles import SPECS, metric_samples, running_app
-from service.app import create_app
-from service.runtime import DeviceUnavailable
+from service.http.app import create_app
+from service.inference.runtime import DeviceUnavailable
 from service.settings import Settings
 
 LABELS = {s.name: list(s.labels) for s in SPECS}

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.bundles import CORPUS, copy_repository, metric_samples, running_app
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import Settings
 
 WORDS = sorted({w for line in CORPUS for w in line.split()})
@@ -193,7 +193,7 @@ def test_altered_bundle_is_refused_and_named(service_bundles, tmp_path, caplog):
             assert_error(await client.post("/entailment", json={"premise": "a", "hypothesis": "b"}),
                          404, "no_model_for_task")
 
-    with caplog.at_level(logging.ERROR, logger="service.registry"):
+    with caplog.at_level(logging.ERROR, logger="service.inference.registry"):
         asyncio.run(scenario())
     lines = [r for r in caplog.records if r.getMessage() == "model failed to load"]
     assert len(lines) == 1 and lines[0].model == "nli" and str(model) in lines[0].error

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
-from service.runtime import ModelRuntime, requested_providers
+from service.inference.runtime import ModelRuntime, requested_providers
 from service.settings import Settings
-from service.tokenize import tokenize_inputs
+from service.http.tokenize import tokenize_inputs
 from tests.bundles import CORPUS, running_app
 
 # Unicode's White_Space characters: what the WhitespaceSplit pre-tokenizer splits at (Rust's

@@ -1,5 +1,5 @@
 """The explanation page reads the task registry from the service (/ui/tasks.json, made by
-service.ui from core.tasks) and builds each task's form from its fields: the JSON is the
+service.http.ui from core.tasks) and builds each task's form from its fields: the JSON is the
 registry, and the page's files spell no task (a new task module appears on the page as it is)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import asyncio
 import re
 
 from core.tasks import TASKS
-from service import zero_shot
+from service.http import zero_shot
 from service.settings import Settings
-from service.ui import SECURITY_HEADERS, UI_DIR
+from service.http.ui import SECURITY_HEADERS, UI_DIR
 from tests.bundles import running_app
 
 

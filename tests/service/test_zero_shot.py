@@ -1,4 +1,4 @@
-"""POST /zero-shot (service.zero_shot): a text and candidate labels, scored as entailment pairs
+"""POST /zero-shot (service.http.zero_shot): a text and candidate labels, scored as entailment pairs
 (premise = the text, hypothesis = the template with the label) by a served entailment model. The
 answer must be what /entailment gives for the same pairs, put through the documented formula;
 the errors and metrics are the other endpoints'."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.settings import Settings
-from service.zero_shot import MAX_CANDIDATE_LABELS
+from service.http.zero_shot import MAX_CANDIDATE_LABELS
 from tests.bundles import ARCHITECTURE, CORPUS, SMALL, copy_repository, metric_samples, running_app
 
 TEXT = "the team won the championship after extra time ."

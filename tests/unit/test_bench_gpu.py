@@ -7,7 +7,7 @@ from __future__ import annotations
 import onnxruntime as ort
 import pytest
 
-from service.runtime import CUDA
+from service.inference.runtime import CUDA
 
 
 @pytest.mark.skipif(CUDA in ort.get_available_providers(), reason="this machine has CUDA")

@@ -89,7 +89,7 @@ def test_the_two_core_arms_run_two_processes_unpinned_and_compare_with_each_othe
     assert not workers.pinned and not ray.pinned and ARMS["service"].pinned and ARMS["ray"].pinned
     spec = workers.spec(8123, tmp_path / "bundle", workers.sweep[0])
     assert spec.env["ATTSERVE_WORKERS"] == "2" and spec.env["ATTSERVE_PORT"] == "8123"
-    assert spec.argv[1:] == ["-m", "service"]  # the supervisor of service.workers, as `attserve serve` runs it
+    assert spec.argv[1:] == ["-m", "service"]  # the supervisor of service.process.workers, as `attserve serve` runs it
     assert ray.spec(8123, tmp_path / "bundle", ray.sweep[0]).env["BENCH_PEER_REPLICAS"] == "2"
     assert ARMS["ray"].spec(8123, tmp_path / "bundle", ARMS["ray"].sweep[0]).env["BENCH_PEER_REPLICAS"] == "1"
     s = summarize([run("service-2w", 300), run("ray-2r", 100)], ["service-2w", "ray-2r"], base="service-2w")

@@ -121,7 +121,7 @@ def test_the_service_imports_neither_torch_nor_the_training_side():
 
 def test_the_routers_are_imported_at_module_level():
     """create_app used to import its routers inside the function to get around a circle."""
-    tree = ast.parse((ROOT / "service" / "app.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "service" / "http" / "app.py").read_text(encoding="utf-8"))
     create_app = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_app")
     inside = [n for n in ast.walk(create_app) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert inside == []
@@ -153,3 +153,43 @@ def test_one_free_port():
                if any(isinstance(n, ast.FunctionDef) and n.name == "free_port"
                       for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
     assert defined == ["bench/servers.py"]
+
+
+# service/'s layers (service/__init__.py): the shared modules, then inference, then HTTP over
+# it, then the processes over both. `python -m service` (service.__main__) is the entry point:
+# it starts the process layer.
+SERVICE_LAYERS = ("service.inference", "service.http", "service.process")
+SERVICE_SHARED = {"service", "service.settings", "service.metrics", "service.errors", "service.logs",
+                  "service.tracing", "service.worker_group"}
+
+
+def layer_of(module: str) -> str:
+    return next((layer for layer in SERVICE_LAYERS if module == layer or module.startswith(layer + ".")), "shared")
+
+
+def test_every_service_module_has_a_layer():
+    """A module at service/'s top is one the layers share (or the entry point); the rest live in a
+    sub-package, so a new module says where it belongs."""
+    top = {m for m in module_graph(("service",)) if layer_of(m) == "shared"}
+    assert top == SERVICE_SHARED | {"service.__main__"}
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("shared", set(SERVICE_LAYERS)),
+    ("service.inference", {"service.http", "service.process"}),
+    ("service.http", {"service.process"}),
+], ids=["shared", "inference", "http"])
+def test_the_service_layers_import_one_way(layer, forbidden):
+    """The shared modules import no sub-package; service.inference imports nothing from
+    service.http (nor service.process); service.http nothing from service.process."""
+    graph = module_graph(("service",))
+    crossings = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                       if module != "service.__main__" and layer_of(module) == layer
+                       for target in targets if layer_of(target) in forbidden)
+    assert crossings == []
+
+
+def test_the_layer_check_sees_a_crossing():
+    assert layer_of("service.inference.engine") == "service.inference"
+    assert layer_of("service.http") == "service.http" and layer_of("service.httpx") == "shared"
+    assert layer_of("service.errors") == "shared"

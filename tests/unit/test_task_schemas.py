@@ -1,7 +1,7 @@
 """The request and answer schemas of a labelled task are made from its registry entry
-(service.schemas.labelled_schemas): every registered task gets its texts, `model` and
+(service.http.schemas.labelled_schemas): every registered task gets its texts, `model` and
 `explain`; a task made up here, not registered, gets working schemas with no code in
-service/schemas.py; rerank keeps TEI's hand-written contract."""
+service/http/schemas.py; rerank keeps TEI's hand-written contract."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from core.tasks import TASKS, Task, TextField
-from service import schemas
+from service.http import schemas
 
 LABELLED = [task for task in TASKS.values() if task.labelled]
 

@@ -80,12 +80,12 @@ def test_bundle_config_rejects_inputs_that_do_not_fit_the_task(tmp_path):
 def test_training_and_the_service_encode_through_one_function(encoder):
     """core.encoding.encode_fields is the one examples -> ids step: training's padded arrays
     (training.batching.encode_examples) and the service's per-input ids
-    (service.tasks.token_ids) come from it, so for the same texts they hold the same ids."""
+    (service.inference.tasks.token_ids) come from it, so for the same texts they hold the same ids."""
     from types import SimpleNamespace
 
     from core.encoding import encode_fields, task_of_fields
     from core.tasks import TASKS
-    from service.tasks import token_ids
+    from service.inference.tasks import token_ids
     from training.batching import encode_examples
     from training.examples import ClaimExample, PairExample, TextExample
 

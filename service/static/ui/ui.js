@@ -5,14 +5,14 @@
 "use strict";
 
 (() => {
-  // The tasks come from the service's task registry (tasks.json, beside this file: service/ui.py
+  // The tasks come from the service's task registry (tasks.json, beside this file: service/http/ui.py
   // makes it from core.tasks): name -> its endpoint (relative to /ui/, so the page works behind a
   // path prefix), its text fields (`many`: a list, one text per line), whether it is labelled,
   // its per-text output and its example. Each task's form is made from its fields, so a new
   // task of the registry appears here with nothing else changed.
   const TASKS = {};
   // Zero-shot is the page's own form (index.html), no task: candidate labels as entailment
-  // hypotheses (service.zero_shot), answered by the models of the task tasks.json names.
+  // hypotheses (service.http.zero_shot), answered by the models of the task tasks.json names.
   const ZERO_SHOT = "zero_shot";
   // Accepted in ?task=: the task names, their endpoint names and paths (filled from tasks.json).
   const TASK_ALIASES = {};

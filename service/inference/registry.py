@@ -1,6 +1,6 @@
 """The model registry: the served models (their bundles, runtimes and engines), start-up
 discovery and loading, each task's default model, and resolving the model a request runs on.
-Knows nothing of HTTP: the routes (service.routes, service.oip) and the app (service.app)
+Knows nothing of HTTP: the routes (service.http.routes, service.http.oip) and the app (service.http.app)
 call it.
 
 Start-up never blocks the port: `discover` reads every bundle's config.json, then `load_all`
@@ -30,13 +30,13 @@ from typing import Callable
 
 from core.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
 from core.tasks import TASKS
-from service.engine import Engine, warm_up
+from service.inference.engine import Engine, warm_up
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, excerpt
 from service.metrics import Metrics
-from service.runtime import DeviceUnavailable, ModelRuntime, requested_providers
+from service.inference.runtime import DeviceUnavailable, ModelRuntime, requested_providers
 from service.settings import Settings
 
-log = logging.getLogger("service.registry")
+log = logging.getLogger("service.inference.registry")
 _LOAD_IDS = itertools.count(1)
 
 
@@ -144,7 +144,7 @@ class ModelEntry:
     fingerprint: tuple = ()
     # why the last reload of this version failed, while this load keeps serving (model control)
     reason: str | None = None
-    # taken out of service (service.model_control): a request that resolved it before goes to
+    # taken out of service (service.inference.model_control): a request that resolved it before goes to
     # `replaced_by`, the new load of the same version, if there is one
     retired: bool = False
     replaced_by: "ModelEntry | None" = None
@@ -173,7 +173,7 @@ class Service:
         self.discovered = False
         self.loaded = False
         # the entry a request naming no version runs on, given the default (a canary's share:
-        # service.model_control); None: the default
+        # service.inference.model_control); None: the default
         self.pick: Callable[[str, ModelEntry], ModelEntry] | None = None
         # set when a bundle failed to load and partial start-up is not allowed; `attserve serve`
         # stops the server through on_fatal and exits non-zero

@@ -43,10 +43,10 @@ from core.tasks import TASKS
 from core.tokenization import TextEncoder
 from service import tracing
 from service.errors import AnswerTooLarge, InvalidInput, UnknownModel, excerpt, set_by
-from service.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header
-from service.runtime import ModelRuntime
-from service.schemas import TASK_SCHEMAS, ErrorBody
-from service.tasks import check_texts
+from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header
+from service.inference.runtime import ModelRuntime
+from service.http.schemas import TASK_SCHEMAS, ErrorBody
+from service.inference.tasks import check_texts
 
 ENDPOINT = "/tokenize"
 LABEL = "tokenize"  # the `endpoint` metric label

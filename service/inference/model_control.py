@@ -1,6 +1,6 @@
 """Models changed while serving (`ATTSERVE_MODEL_CONTROL_MODE`), as Triton's model control
 modes: `none` (the models found at start serve until the process ends), `explicit` (the Open
-Inference Protocol's repository API, service.repository_api, loads, unloads and reloads models
+Inference Protocol's repository API, service.http.repository_api, loads, unloads and reloads models
 by name) and `poll` (the repository folders are scanned every `repository_poll_s`; a new,
 changed or removed bundle is loaded, reloaded or unloaded by itself). docs/model-control.md.
 
@@ -8,12 +8,12 @@ A change never fails a request. A version is loaded and warmed up over every sha
 at before it takes traffic (`Service.load_entry`); then it replaces the old load of the same
 version in one assignment (`Service.publish`), and the old load serves the requests already
 queued on it (its engine drains) and is freed. A request that resolved the old load before the
-switch and reaches its engine after it follows `ModelEntry.replaced_by` (service.routes.run). A
+switch and reaches its engine after it follows `ModelEntry.replaced_by` (service.http.routes.run). A
 bundle that cannot be loaded (checksum, shape, corrupt file, a task other than the model's) leaves
 the old load serving; the reason is in the repository index, /v1/models, the log and
 `attserve_model_load_failures_total`.
 
-With several workers (service.workers) each worker holds its own models. In poll mode each one
+With several workers (service.process.workers) each worker holds its own models. In poll mode each one
 scans the folder. In explicit mode a change is an entry of a log in the workers' shared directory
 (`control/NNNNNNNN.json`): the worker that takes the request writes it, every worker applies the
 log in order (a replaced worker replays it from the start), and the request is answered once
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import ServiceError, excerpt
-from service.registry import BundleOnDisk, ModelEntry, Service, bundles_on_disk, public_message, version_order
+from service.inference.registry import BundleOnDisk, ModelEntry, Service, bundles_on_disk, public_message, version_order
 from service.worker_group import WorkerGroup
 
-log = logging.getLogger("service.model_control")
+log = logging.getLogger("service.inference.model_control")
 
 # a model name as the repository API takes it: a bundle name (core.bundle.BundleConfig.name)
 MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -248,7 +248,7 @@ class ModelControl:
 
     def _remove(self, entry: ModelEntry, replaced_by: ModelEntry | None = None) -> None:
         """Take `entry` out of service: a request that still holds it goes to `replaced_by`
-        (service.routes.run); its queued requests finish, then it is freed."""
+        (service.http.routes.run); its queued requests finish, then it is freed."""
         entry.replaced_by = replaced_by
         entry.retired = True
         if entry.engine is not None:

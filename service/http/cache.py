@@ -3,7 +3,7 @@ the same request for the same load of the same model, as Triton's response cache
 
 Off unless ATTSERVE_RESPONSE_CACHE_BYTES is set (> 0). Then:
 
-- **The key** is the resolved model's name, version and `load_id` (service.registry: unique
+- **The key** is the resolved model's name, version and `load_id` (service.inference.registry: unique
   to each load of a bundle in this process, so an answer of one load, or of one version, is
   never served by another: a reload, which makes a new load, starts from an empty cache for
   that model), the endpoint, and the request normalized: the validated body's JSON without
@@ -21,7 +21,7 @@ Off unless ATTSERVE_RESPONSE_CACHE_BYTES is set (> 0). Then:
   `attserve_response_cache_{hits,misses,evictions}_total{model}` and the gauge
   `attserve_response_cache_bytes`.
 
-A request whose body is byte for byte one answered before (the hot path's, service.entry) is
+A request whose body is byte for byte one answered before (the hot path's, service.http.entry) is
 answered before its body is even validated: the raw bytes are a second key (`raw_hit`), which
 remembers the model and version the body asked for and the load that answered; the model is
 resolved again, and only an answer of the load it resolves to now is served (else the request
@@ -44,7 +44,7 @@ from service.errors import ServiceError
 
 if TYPE_CHECKING:
     from service.metrics import Metrics
-    from service.registry import ModelEntry
+    from service.inference.registry import ModelEntry
     from service.settings import Settings
 
 # what an entry costs beyond its key and answer bytes: the OrderedDict's node, the key tuple and

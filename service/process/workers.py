@@ -43,7 +43,7 @@ from typing import Any
 
 from service.worker_group import MULTIPROC_ENV, WORKER_COUNT_ENV, WorkerGroup
 
-log = logging.getLogger("service.workers")
+log = logging.getLogger("service.process.workers")
 
 # written into a named PROMETHEUS_MULTIPROC_DIR: the directory is the service's own to empty
 MULTIPROC_MARKER = ".attserve-multiproc"
@@ -93,8 +93,8 @@ def watch_supervisor(supervisor_pid: int) -> threading.Thread:
 def _worker_main(settings: Any, backlog: int, supervisor_pid: int) -> None:
     """A worker process: the same app and server as a single-process `attserve serve`."""
     from service.logs import configure_logging
-    from service.registry import StartupError
-    from service.server import build_server, run_server
+    from service.inference.registry import StartupError
+    from service.process.server import build_server, run_server
 
     configure_logging(settings.log_level)
     # Ctrl-C in a terminal reaches the whole process group: let the supervisor decide, it
@@ -118,7 +118,7 @@ def prepare_shared_dir() -> Path:
     emptied (stale files would add old counts to the sums) and marked as the service's. A
     named directory that holds files but not the marker may be anything (a volume, /tmp):
     StartupError, and nothing in it is touched."""
-    from service.registry import StartupError
+    from service.inference.registry import StartupError
 
     named = os.environ.get(MULTIPROC_ENV)
     if not named:
@@ -216,7 +216,7 @@ def run_workers(settings: Any, backlog: int, shared: Path) -> int:
         reservation.close()
         if created:
             shutil.rmtree(shared, ignore_errors=True)
-    # a worker that drained exits 0 (service.server.DrainingServer); one stopped by the
+    # a worker that drained exits 0 (service.process.server.DrainingServer); one stopped by the
     # signal before its server ran (still loading) ends by it, which is no failure either
     clean = (0, -signal.SIGTERM, -signal.SIGINT)
     if exit_code == 0 and any(p.exitcode not in clean for p in processes):

@@ -31,12 +31,12 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.tasks import TASKS
-from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
+from service.http.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.errors import ServiceError, error_response, service_error_response, set_by, validation_error_response
-from service.registry import Service
-from service import tokenize as tokenize_endpoint
-from service import zero_shot
-from service.routes import TASK_BODIES, answer
+from service.inference.registry import Service
+from service.http import tokenize as tokenize_endpoint
+from service.http import zero_shot
+from service.http.routes import TASK_BODIES, answer
 
 JSON = b"application/json"
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
@@ -47,7 +47,7 @@ ENDPOINTS = {task.endpoint: task.label for task in TASKS.values()}
 # zero-shot runs entailment models under its own label; no hot path (the full stack answers it)
 ENDPOINTS[zero_shot.ENDPOINT] = zero_shot.LABEL
 ENDPOINTS[tokenize_endpoint.ENDPOINT] = tokenize_endpoint.LABEL  # no hot path either
-# Open Inference Protocol inference (service.oip): one `endpoint` label for every model
+# Open Inference Protocol inference (service.http.oip): one `endpoint` label for every model
 _V2_INFER = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 
 
@@ -223,7 +223,7 @@ class ServiceEntry:
             return
         start = time.perf_counter()
         state = scope.setdefault("state", {})
-        # The request deadline's start: the request's first byte, stamped by service.http's
+        # The request deadline's start: the request's first byte, stamped by service.http.http's
         # protocol; now, under a server without it (tests' ASGI transport).
         state.setdefault("attserve_arrival", asyncio.get_running_loop().time())
         status: int | None = None
@@ -273,7 +273,7 @@ class ServiceEntry:
         raw = await self.body.read(scope, receive, send)
         if raw is None:
             return  # answered (413, 408, 504, 503) or the client left
-        cache = self.service.response_cache  # service.cache; None when off
+        cache = self.service.response_cache  # service.http.cache; None when off
         if cache is not None:
             scope["state"]["attserve_raw_body"] = raw  # stored with the answer: a repeat of these bytes
             hit = cache.raw_hit(self.service, scope["state"], task.label, raw)

@@ -39,7 +39,7 @@ def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
-# the model repository API (service.repository_api): with control keys set, checked there
+# the model repository API (service.http.repository_api): with control keys set, checked there
 # against them instead
 REPOSITORY_API = "/v2/repository/"
 
@@ -104,7 +104,7 @@ class HostAllowListMiddleware:
     """400 `invalid_host` for a Host header outside `ATTSERVE_ALLOWED_HOSTS` (exact names, or
     `*.example.com` for its subdomains; no Host header, or one that is not a host and a numeric
     port, counts as outside). For a request line in absolute form (`POST http://host/path`) the
-    server's protocol (service.http) puts the request line's authority in the Host header, as
+    server's protocol (service.http.http) puts the request line's authority in the Host header, as
     RFC 9112 3.2.2 has the authority win."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:

@@ -1,5 +1,5 @@
 """A task's inputs in the service: the checks before any expensive work, and the encoding into
-a runtime item, both read from the task's fields (core.tasks). The engine (service.engine: the checks) and its
+a runtime item, both read from the task's fields (core.tasks). The engine (service.inference.engine: the checks) and its
 batcher (which tokenizes in its inference thread, a whole queue at a time) go through here,
 for the task API and the Open Inference Protocol alike; the bench uses the same encoder.
 
@@ -19,7 +19,7 @@ from core.encoding import encode_fields
 from core.tasks import TASKS, Task
 from core.tokenization import TextTooLong, ascii_texts_pass, check_text
 from service.errors import InvalidInput, set_by
-from service.runtime import Item, ModelRuntime
+from service.inference.runtime import Item, ModelRuntime
 
 
 def check_texts(inputs: Sequence[Any], task: str, batch: bool, max_text_chars: int, max_request_chars: int) -> None:

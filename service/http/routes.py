@@ -1,5 +1,5 @@
 """HTTP routes. An inference request is parsed and validated (schemas) and handed to its model's
-engine (service.engine), which checks it against the model's limits and the text limits,
+engine (service.inference.engine), which checks it against the model's limits and the text limits,
 queues one item per input (the batcher tokenizes, in its inference thread) and renders the
 answers from the request's own rows only.
 
@@ -25,16 +25,16 @@ from starlette.types import Receive
 
 from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service import tracing
-from service.answer_size import explanation_floor
-from service.cache import CACHE_HEADER
+from service.http.answer_size import explanation_floor
+from service.http.cache import CACHE_HEADER
 from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, set_by
 from service.metrics import render as render_metrics
-from service.registry import ModelEntry, Service
-from service.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
+from service.inference.registry import ModelEntry, Service
+from service.http.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
 
 router = APIRouter()
 
-# path -> (endpoint name, body type), for the hot path (service.entry)
+# path -> (endpoint name, body type), for the hot path (service.http.entry)
 TASK_BODIES = {task.endpoint: (task.label, TASK_SCHEMAS[task.name].body) for task in TASKS.values()}
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -82,7 +82,7 @@ async def wait_disconnect(receive: Receive) -> None:
 async def answer(service: Service, state: dict[str, Any], receive: Receive, endpoint: str,
                  body: Any) -> tuple[bytes, dict[str, str]]:
     """The JSON answer to a validated body of a task endpoint and its headers. FastAPI's routes
-    below (through `predict`) and the hot path (service.entry) both answer through here.
+    below (through `predict`) and the hot path (service.http.entry) both answer through here.
     `state`: the request's scope["state"] (its arrival in, the model's name out)."""
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
@@ -91,7 +91,7 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     trace = tracing.current()
     if trace is not None:
         trace.resolved(entry)
-    cache, key = service.response_cache, None  # service.cache; None when off
+    cache, key = service.response_cache, None  # service.http.cache; None when off
     if cache is not None:
         key = cache.key(entry, endpoint, body)
         hit = cache.get(key)
@@ -129,7 +129,7 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     if trace is not None:
         trace.serialised(serialising)
     if cache is not None:  # a 200 answer: errors were raised above
-        # the hot path's body bytes (service.entry): byte-identical repeats are answered before validation
+        # the hot path's body bytes (service.http.entry): byte-identical repeats are answered before validation
         cache.put(key, content, headers, state.get("attserve_raw_body"), (body.model, getattr(body, "version", None)))
         headers[CACHE_HEADER] = "miss"
         if trace is not None:
@@ -149,13 +149,13 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
               version: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Runs `inputs` (objects with the task's fields as attributes) on `entry`'s engine: the
     answers in input order and the timing headers. The task API and the Open Inference
-    Protocol (service.oip, through `run_inputs`) both answer through here; the engine does the
+    Protocol (service.http.oip, through `run_inputs`) both answer through here; the engine does the
     checks and the work."""
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
     entry = current_load(service, entry, version)
     state["attserve_model"] = entry.name
-    # The deadline runs from the request's arrival (stamped by service.http's protocol, else by
+    # The deadline runs from the request's arrival (stamped by service.http.http's protocol, else by
     # the entry point), so reading, parsing, tokenizing (in the batcher) and queueing a big body
     # under load all count.
     loop = asyncio.get_running_loop()
@@ -174,7 +174,7 @@ async def run(service: Service, state: dict[str, Any], receive: Receive, entry: 
 
 def current_load(service: Service, entry: ModelEntry, version: str | None) -> ModelEntry:
     """The load that serves a request now that resolved `entry` (naming `version`, or none):
-    `entry` itself; when it was reloaded since (service.model_control), the load that replaced
+    `entry` itself; when it was reloaded since (service.inference.model_control), the load that replaced
     it; when its version was unloaded, the model's default now for a request that named no
     version, and 422 unknown_model for one that named it."""
     while entry.retired:
@@ -201,7 +201,7 @@ def refuse_truncated(results: list[dict], batch: bool) -> None:
 async def refuse_too_large_explanations(service: Service, entry: ModelEntry, inputs: Sequence[Any],
                                         batch: bool) -> None:
     """AnswerTooLarge before any inference when the explanations of `inputs` cannot fit in
-    max_answer_bytes (service.answer_size), after the engine's own checks of the request (counts,
+    max_answer_bytes (service.http.answer_size), after the engine's own checks of the request (counts,
     text limits), so what it refuses is refused as without explanations. The floor tokenizes, in
     a thread."""
     entry.engine.check(inputs, batch)
@@ -253,7 +253,7 @@ async def index(request: Request) -> Any:
         "description": app.description,
         "endpoints": {
             **{f"POST {task.endpoint}": task.summary for task in TASKS.values()},
-            "POST /zero-shot": "which of the candidate labels fits a text, by an entailment model (service.zero_shot)",
+            "POST /zero-shot": "which of the candidate labels fits a text, by an entailment model (service.http.zero_shot)",
             "GET /v1/models": "the models, their tasks and each task's default",
             "GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
             "GET /health/live": "the process is up",

@@ -25,7 +25,7 @@ from core.bundle import Bundle, BundleError, check_output_width, load_bundle
 from core.tasks import TASKS, TEXT_FIELD_OF_INPUT
 from core.tokenization import TextEncoder, fill_2d, fill_3d
 
-log = logging.getLogger("service.runtime")
+log = logging.getLogger("service.inference.runtime")
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

@@ -28,7 +28,7 @@ PREFIX_CHARS_PER_TOKEN = 16
 
 def explanation_floor(runtime: Any, inputs: Sequence[Any]) -> int:
     """The fewest bytes the explanations of `inputs` (objects with the task's fields) can take
-    in the JSON answer of `runtime`'s model (a service.runtime.ModelRuntime)."""
+    in the JSON answer of `runtime`'s model (a service.inference.runtime.ModelRuntime)."""
     config = runtime.config
     task = TASKS[config.task]
     prefixes: list[str] = []

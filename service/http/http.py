@@ -31,7 +31,7 @@ header size. So this is a subclass of uvicorn's own httptools protocol, written 
   headers over the limit, a body longer than its Content-Length) before the follower's error:
   the error is written once the answers in progress are, then the connection closes.
 
-The body-read timeout lives in the app (service.entry.BodyReader): there the answer is
+The body-read timeout lives in the app (service.http.entry.BodyReader): there the answer is
 an ordinary JSON response the metrics count.
 """
 
@@ -49,7 +49,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from service.errors import set_by
 from service.settings import Settings
 
-log = logging.getLogger("service.http")
+log = logging.getLogger("service.http.http")
 
 # file descriptors kept for model files, the listening socket, logs, threads' pipes
 FD_RESERVE = 128

@@ -1,7 +1,7 @@
-"""The FastAPI application: the model registry (service.registry) behind the task routes
-(service.routes, one per task of core.tasks), the Open Inference Protocol (service.oip) and the
+"""The FastAPI application: the model registry (service.inference.registry) behind the task routes
+(service.http.routes, one per task of core.tasks), the Open Inference Protocol (service.http.oip) and the
 UI; the lifespan (discover, load and warm up in the background, drain) and the middleware, with
-the entry point (service.entry: metrics and the task endpoints' hot path) outermost.
+the entry point (service.http.entry: metrics and the task endpoints' hot path) outermost.
 """
 
 from __future__ import annotations
@@ -16,24 +16,24 @@ from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI
 
-from service.auth import ApiKeyMiddleware, HostAllowListMiddleware
-from service.cache import ResponseCache
-from service.entry import BodyLimitMiddleware, ServiceEntry
+from service.http.auth import ApiKeyMiddleware, HostAllowListMiddleware
+from service.http.cache import ResponseCache
+from service.http.entry import BodyLimitMiddleware, ServiceEntry
 from service.errors import install_error_handlers
 from service.metrics import watch_event_loop
-from service.model_control import ModelControl
-from service.oip import router as oip_router
-from service.registry import Service
-from service.repository_api import router as repository_router
-from service.routes import router
+from service.inference.model_control import ModelControl
+from service.http.oip import router as oip_router
+from service.inference.registry import Service
+from service.http.repository_api import router as repository_router
+from service.http.routes import router
 from service.settings import Settings
-from service.tokenize import router as tokenize_router
+from service.http.tokenize import router as tokenize_router
 from service.tracing import Tracing
-from service.ui import mount_ui
+from service.http.ui import mount_ui
 from service.worker_group import WorkerGroup
-from service.zero_shot import router as zero_shot_router
+from service.http.zero_shot import router as zero_shot_router
 
-log = logging.getLogger("service.app")
+log = logging.getLogger("service.http.app")
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ async def release_memory(every_s: float) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     service = Service(settings)
-    # None unless configured: the response cache (service.cache) and OpenTelemetry traces
+    # None unless configured: the response cache (service.http.cache) and OpenTelemetry traces
     # (service.tracing), which routes.answer and the entry point read
     service.response_cache = ResponseCache.from_settings(settings, service.metrics)
     service.tracing = Tracing.from_settings(settings)
@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry={"tracing": False, "metrics": settings.opentelemetry, "logs": settings.opentelemetry},
     )
     app.state.service = service
-    app.state.worker_group = WorkerGroup.from_environment()  # None unless run by service.workers
+    app.state.worker_group = WorkerGroup.from_environment()  # None unless run by service.process.workers
     control = ModelControl(service, app.state.worker_group)
     service.pick = control.pick
     app.state.model_control = control

@@ -24,9 +24,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from core.tasks import TASKS, Task
-from service import zero_shot
+from service.http import zero_shot
 
-UI_DIR = Path(__file__).resolve().parent / "static" / "ui"
+UI_DIR = Path(__file__).resolve().parents[1] / "static" / "ui"  # service/static/ui
 UI_PATH = "/ui"
 
 CONTENT_SECURITY_POLICY = "; ".join([

@@ -6,7 +6,7 @@ padded tokens, a batch being padded to the largest bucket shape among its inputs
 the few warmed-up buckets; padding does not change an answer); a request's inputs may run in two
 batches. Per-shape queues fragmented batches (one many-item /verify request ran as many small
 engine calls).
-The runtime then runs the batch in as few graph calls as pays (service.runtime.plan_calls: one
+The runtime then runs the batch in as few graph calls as pays (service.inference.runtime.plan_calls: one
 call unless padding short inputs to a long one costs more than another call: less padding and
 more items/s on mixed-length batches; the figures are in docs/performance.md).
 A batch closes when it is full or `max_batch_delay_ms` after its oldest input arrived. Before
@@ -14,11 +14,11 @@ compute, requests whose caller went away or whose deadline passed are dropped.
 
 The queue keeps requests, not inputs: one future per request, resolved once all its inputs'
 rows are back, and a cursor of how many of its inputs batches have taken. Batches hand back
-their outputs as arrays (service.runtime.BatchOutput) and a request keeps references to its rows
+their outputs as arrays (service.inference.runtime.BatchOutput) and a request keeps references to its rows
 of them, so no per-input objects, futures or callbacks are made on the event loop.
 
 Requests submit raw inputs; tokenizing is the batcher's: everything submitted since its last
-step is encoded in one call per field (service.tasks.encode), in the model's inference thread,
+step is encoded in one call per field (service.inference.tasks.encode), in the model's inference thread,
 before batches are formed from it. So the event loop only parses, checks and enqueues
 (tokenizing there blocked every other request while it ran), and tokenization is
 batched like inference. Requests whose caller went away or whose deadline passed are dropped
@@ -42,11 +42,11 @@ from typing import Any, Sequence
 from service import tracing
 from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown, set_by
 from service.metrics import Metrics
-from service.runtime import BatchOutput, Item, ModelRuntime, padded_shape
+from service.inference.runtime import BatchOutput, Item, ModelRuntime, padded_shape
 from service.settings import Settings
-from service.tasks import encode
+from service.inference.tasks import encode
 
-log = logging.getLogger("service.batcher")
+log = logging.getLogger("service.inference.batcher")
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Done:
     parts: list[tuple[int, BatchOutput, int, int]]
     truncated: list[bool]  # per input: a text of it was cut to the model's max length
     unknown_share: list[float]  # per input: share of the tokens read that are outside the vocabulary
-    tokens: list[dict | None]  # per input, explain: the tokens the model read and counts of the cut ones (service.tasks.token_ids)
+    tokens: list[dict | None]  # per input, explain: the tokens the model read and counts of the cut ones (service.inference.tasks.token_ids)
     queue_s: float  # the longest any of its inputs waited for its batch (tokenizing included)
     inference_s: float  # onnxruntime time of the batches its inputs ran in, summed
 
@@ -278,7 +278,7 @@ class Batcher:
         return True
 
     def _encode(self, requests: list[_Request]) -> list:
-        """service.tasks.encode over every input of `requests` (the inference thread)."""
+        """service.inference.tasks.encode over every input of `requests` (the inference thread)."""
         inputs = [x for r in requests for x in r.inputs]
         explain = [r.explain for r in requests for _ in r.inputs]
         return encode(self.runtime, inputs, explain)

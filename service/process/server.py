@@ -1,5 +1,5 @@
 """One server process: the app and its uvicorn server for the settings, with the drain on
-SIGTERM. `attserve serve` runs one; each worker of service.workers runs its own."""
+SIGTERM. `attserve serve` runs one; each worker of service.process.workers runs its own."""
 
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ def backlog(settings) -> int:
 
 
 def build_server(settings) -> "DrainingServer":
-    """The app and its uvicorn server for these settings (one process; service.workers runs
+    """The app and its uvicorn server for these settings (one process; service.process.workers runs
     one per worker). Raises DeviceUnavailable for DEVICE=cuda without CUDA."""
     import uvicorn
 
-    from service.app import create_app
-    from service.http import guarded_protocol
+    from service.http.app import create_app
+    from service.http.http import guarded_protocol
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -48,7 +48,7 @@ def build_server(settings) -> "DrainingServer":
         access_log=settings.access_log,
         timeout_graceful_shutdown=settings.shutdown_timeout_s,
         lifespan="on",
-        # header timeout, header size limit and connection cap: service.http
+        # header timeout, header size limit and connection cap: service.http.http
         http=guarded_protocol(settings),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         server_header=False,  # no "server: uvicorn": what runs here is nobody's business

@@ -1,5 +1,5 @@
 """The Open Inference Protocol's model repository extension (Triton's and MLServer's), over
-service.model_control: mounted unless `ATTSERVE_MODEL_CONTROL_MODE=none`.
+service.inference.model_control: mounted unless `ATTSERVE_MODEL_CONTROL_MODE=none`.
 
     POST /v2/repository/index                   every version on disk or served: name, version,
                                                 state (READY, LOADING, UNAVAILABLE), reason
@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from service.errors import InvalidInput, ServiceError
-from service.model_control import ModelControl
+from service.inference.model_control import ModelControl
 
 router = APIRouter(prefix="/v2/repository", tags=["model repository"])
 

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-log = logging.getLogger("service.commands")
+log = logging.getLogger("service.process.commands")
 
 
 def serve(
@@ -37,9 +37,9 @@ def serve(
     from pydantic import ValidationError
 
     from service.logs import configure_logging
-    from service.registry import StartupError
-    from service.runtime import DeviceUnavailable
-    from service.server import backlog, build_server, run_server
+    from service.inference.registry import StartupError
+    from service.inference.runtime import DeviceUnavailable
+    from service.process.server import backlog, build_server, run_server
     from service.settings import Settings
 
     overrides = {k: v for k, v in dict(host=host, port=port, model_repository=model_repository, models=models,
@@ -60,13 +60,13 @@ def serve(
         raise typer.Exit(PORT_IN_USE_EXIT)
     try:
         if settings.workers > 1:
-            from service.runtime import requested_providers
+            from service.inference.runtime import requested_providers
 
             # fail here, once, rather than in every worker: DEVICE=cuda without CUDA, and what
             # discovery refuses (a typo in --models, an empty repository, an invalid bundle)
             requested_providers(settings.device)
             check_repositories(settings)
-            from service.workers import prepare_shared_dir
+            from service.process.workers import prepare_shared_dir
 
             shared = prepare_shared_dir()
         else:
@@ -76,7 +76,7 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if settings.workers > 1:
-        from service.workers import run_workers
+        from service.process.workers import run_workers
 
         sys.exit(run_workers(settings, backlog(settings), shared))
     sys.exit(run_server(server))
@@ -115,7 +115,7 @@ def check_repositories(settings) -> None:
     import os
     import tempfile
 
-    from service.registry import Service
+    from service.inference.registry import Service
     from service.worker_group import MULTIPROC_ENV
 
     named = os.environ.get(MULTIPROC_ENV)

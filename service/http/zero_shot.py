@@ -42,8 +42,8 @@ from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
 from core.tasks import entailment
 from service.errors import EndpointBody, InvalidInput, WrongTask, excerpt, generic_input, register_body
-from service.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
-from service.schemas import ErrorBody, ModelName, Text, Truncate, _Body
+from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
+from service.http.schemas import ErrorBody, ModelName, Text, Truncate, _Body
 
 ENDPOINT = "/zero-shot"
 LABEL = "zero_shot"  # the `endpoint` metric label
@@ -100,7 +100,7 @@ class ZeroShotRequest(_Body):
 INPUT_FIELDS = ("text", "candidate_labels", "hypothesis_template", "multi_label")
 register_body(ENDPOINT, EndpointBody(generic_input([("text", False), ("candidate_labels", True)]), INPUT_FIELDS,
                                      ZeroShotRequest.endpoint_fields, batch=False))
-# the explanation page's example (service.ui)
+# the explanation page's example (service.http.ui)
 EXAMPLE = {"text": "Shares in the bank fell sharply after it reported a loss for the quarter.",
            "candidate_labels": ["business", "sport", "politics", "technology"],
            "hypothesis_template": DEFAULT_TEMPLATE}

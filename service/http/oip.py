@@ -1,5 +1,5 @@
 """The Open Inference Protocol (KServe v2, the HTTP protocol of Triton, KServe and MLServer)
-beside the task API, answered by the same model engines (service.engine, through routes.run_inputs).
+beside the task API, answered by the same model engines (service.inference.engine, through routes.run_inputs).
 
 Tensors of a model (`GET /v2/models/{name}` lists them):
 
@@ -46,11 +46,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.tasks import TASKS
-from service.engine import Engine
-from service.entry import OFFLOAD_BODY_BYTES
+from service.inference.engine import Engine
+from service.http.entry import OFFLOAD_BODY_BYTES
 from service.errors import InvalidInput, ServiceError, UnsupportedMediaType, excerpt
-from service.registry import ModelEntry, Service, version_order
-from service.routes import run_inputs
+from service.inference.registry import ModelEntry, Service, version_order
+from service.http.routes import run_inputs
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 

@@ -1,12 +1,12 @@
 """One model's engine, in the spirit of text-embeddings-inference's `Infer` + `Queue`: the
-runtime, its queue (service.batcher) and the task adapter (service.tasks), behind one call.
+runtime, its queue (service.inference.batcher) and the task adapter (service.inference.tasks), behind one call.
 
     engine = Engine(runtime, settings, metrics)
     engine.start()                                   # in the event loop that will submit
     answers = await engine.submit(inputs, deadline=loop.time() + 1.0)
     answers.results[i]  # {"label", "scores", "model", "truncated", "unknown_token_share"[, "evidence_scores"][, "explanation"]}
 
-An input is any object with the task's fields as attributes (service.tasks). `submit` checks
+An input is any object with the task's fields as attributes (service.inference.tasks). `submit` checks
 the model's limits and the texts (4xx errors from service.errors, before any tokenizing),
 queues the inputs in arrival order, waits for their own rows of the batches they ran in, and
 renders the answers. The HTTP routes (task API and Open Inference Protocol) only parse, call
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from core.tasks import TASKS
-from service.batcher import Batcher, Done
+from service.inference.batcher import Batcher, Done
 from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs, set_by
 from service.metrics import Metrics
-from service.runtime import ModelRuntime
+from service.inference.runtime import ModelRuntime
 from service.settings import Settings
-from service.tasks import check_texts
+from service.inference.tasks import check_texts
 
 # A labelled task's per-text output (evidence_scores) is float32 from the graph: 6 decimals, not
 # float32's noise printed as a double (0.009999999776482582 for 0.01). A reranker's per-text
@@ -102,7 +102,7 @@ class Engine:
     def check_sizes(self, n: int, evidence: Iterable[tuple[str, int]] = ()) -> None:
         """422 for more than `max_inputs_per_request` inputs, or for a claim with more evidence
         than the model takes (`evidence`: where, how many); the counts alone, so a caller can
-        check what a request declares before building anything from it (service.oip)."""
+        check what a request declares before building anything from it (service.http.oip)."""
         if n > self.settings.max_inputs_per_request:
             raise TooManyInputs(f"{n} inputs; at most {self.settings.max_inputs_per_request} per request "
                                 f"{set_by('max_inputs_per_request')}; or send them in several requests")
@@ -188,7 +188,7 @@ class Engine:
         """The answer of each input: label, scores by label, the model, whether a text was
         cut to the max length, the share of its tokens outside the vocabulary; evidence scores
         for claims; the explanation when asked for. Built a batch's rows at a time from its
-        outputs (service.runtime.BatchOutput)."""
+        outputs (service.inference.runtime.BatchOutput)."""
         labels = self.config.labels
         name = self.name
         per_text = self.task.per_text  # verification: "evidence_scores"
