@@ -1,6 +1,7 @@
 """A task's inputs -> token ids per graph input: the one examples -> ids step of training, the
 export's parity check, the cards and the service. `core.tasks` says which fields a task's inputs
-have (training examples and request bodies carry them as attributes of the same names), and
+have (request bodies carry them as attributes of the same names; training's records of the task's
+form are given those names by training.batching), and
 `core.tokenization` encodes each field's texts in one batch.
 
 Training pads what this returns into arrays (`training.batching.encode_examples`); the service
@@ -50,8 +51,9 @@ class FieldEncoding:
 
 
 def task_of_fields(names: Sequence[str]) -> Task:
-    """The task whose text fields are among `names` (an example's or a body's attributes);
-    ValueError unless exactly one task matches."""
+    """The task whose text fields are among `names` (a request body's keys: service.tokenize's
+    body without a model); ValueError unless exactly one task matches. Training never guesses:
+    a split's task is its dataset's (core.tasks.TASK_OF_DATASET), passed to `encode_fields`."""
     given = set(names)
     matches = [task for task in TASKS.values() if set(task.field_names) <= given]
     if len(matches) != 1:

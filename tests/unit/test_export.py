@@ -30,6 +30,7 @@ from models import NetworkConfig, TextClassifier, architectures, build_network
 from models.base import register
 from models.layers import Conv1dSame, classifier_head, masked_max, masked_softmax, pair_features, zero_padding
 from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleError, check_output_width, load_bundle, sha256_file
+from core.tasks import TaskForm
 from core.tokenization import TextEncoder
 from training.batching import encode_examples, label_ids
 from training.checkpoint import load_checkpoint, load_examples, make_meta, save_checkpoint
@@ -95,7 +96,7 @@ class TinyConvNetwork(TextClassifier):
 
 TINY = "tiny-conv-test"
 if TINY not in architectures():
-    register(TINY, tasks=TASKS, description="test stand-in conv network")(TinyConvNetwork)
+    register(TINY, forms=(TaskForm.TEXT, TaskForm.PAIR, TaskForm.CONTEXTS), description="test stand-in conv network")(TinyConvNetwork)
 
 
 # Preferred real architecture per task (sizes as in tests/model_cases.py SMALL), the first
