@@ -233,7 +233,8 @@ def ort_vs_torch(runtime, checkpoint: Path, examples: list, batch_sizes: list[in
     config = runtime.config
     out = {}
     for size in batch_sizes:
-        arrays = [encode_examples(runtime.encoder, examples[i : i + size], config.max_lengths, config.max_evidence)
+        arrays = [encode_examples(runtime.encoder, examples[i : i + size], config.max_lengths, config.max_evidence,
+                                  task=config.task)
                   for i in range(0, len(examples) - size + 1, size)][:50]
         feeds = [dict(zip(config.inputs, a)) for a in arrays]
         tensors = [tuple(torch.from_numpy(x) for x in a) for a in arrays]

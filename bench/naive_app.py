@@ -45,7 +45,7 @@ def create_app() -> FastAPI:
             examples = [ClaimExample(x.claim, tuple(x.evidence), labels[0]) for x in inputs]
         else:
             examples = [TextExample(x.text, labels[0]) for x in inputs]
-        ids = encode_examples(encoder, examples, meta.max_lengths, meta.max_evidence)
+        ids = encode_examples(encoder, examples, meta.max_lengths, meta.max_evidence, task=meta.task)
         with torch.inference_mode():
             out = network.logits_from_ids(*(torch.from_numpy(a) for a in ids))  # (B, C)
             probs = torch.softmax(out.float(), dim=-1).tolist()

@@ -70,7 +70,8 @@ def prepare(recipe_path: Path, device: str, data_dir: Path | None, batches_neede
     tokenizer = recipe_tokenizer(recipe, train_examples, vectors)
     encoder = TextEncoder(tokenizer)
     sample = subsample(train_examples, batches_needed * cfg.batch_size, cfg.seed)
-    data = EncodedExamples.encode(encoder, sample, list(splits.labels), recipe.limits.max_lengths, recipe.limits.max_evidence)
+    data = EncodedExamples.encode(encoder, sample, list(splits.labels), recipe.limits.max_lengths, recipe.limits.max_evidence,
+                                 splits.task)
     batches = bucketed_batches(data.costs, cfg.batch_size, cfg.bucket_batches, np.random.default_rng(cfg.seed))
     prepare_s = time.perf_counter() - tick
     tuned = {"tuned_vocab_size": trainable_rows(tokenizer)} if recipe.embeddings.tuned_channel else {}

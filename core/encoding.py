@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Sequence
 
-from core.tasks import TASKS, Task, TextField
+from core.tasks import Task, TextField
 from core.tokenization import Encoded, TextEncoder
 
 
@@ -50,17 +50,6 @@ class FieldEncoding:
         return [self.encoded.ids[start:end] for start, end in self.spans()]
 
 
-def task_of_fields(names: Sequence[str]) -> Task:
-    """The task whose text fields are among `names` (a request body's keys: service.tokenize's
-    body without a model); ValueError unless exactly one task matches. Training never guesses:
-    a split's task is its dataset's (core.tasks.TASK_OF_DATASET), passed to `encode_fields`."""
-    given = set(names)
-    matches = [task for task in TASKS.values() if set(task.field_names) <= given]
-    if len(matches) != 1:
-        raise ValueError(f"fields {sorted(given)} match {len(matches)} tasks ({[t.name for t in matches]}), not one")
-    return matches[0]
-
-
 def encode_fields(encoder: TextEncoder, task: Task, inputs: Sequence[Any], max_lengths: Mapping[str, int], *,
                   describe: Sequence[bool] | None = None, max_texts: int | None = None) -> list[FieldEncoding]:
     """Per field of `task`, in graph-input order: every input's text(s) of that field, cut to
@@ -82,4 +71,4 @@ def encode_fields(encoder: TextEncoder, task: Task, inputs: Sequence[Any], max_l
     return out
 
 
-__all__ = ["FieldEncoding", "encode_fields", "task_of_fields"]
+__all__ = ["FieldEncoding", "encode_fields"]

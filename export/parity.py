@@ -113,7 +113,7 @@ def example_batches(
     batches, start, turn = [], 0, 0
     while start < len(examples):
         size = batch_sizes[turn % len(batch_sizes)]
-        batches.append(encode_examples(encoder, examples[start : start + size], max_lengths, max_evidence, task))
+        batches.append(encode_examples(encoder, examples[start : start + size], max_lengths, max_evidence, task=task))
         start += size
         turn += 1
     return batches

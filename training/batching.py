@@ -4,7 +4,7 @@ examples -> ids step for training, export parity and serving)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -12,18 +12,6 @@ from core.encoding import encode_fields
 from core.tasks import TASKS, Task
 from core.tokenization import TextEncoder, pad_2d, pad_3d
 from training.examples import Example, form_of
-
-
-def _task_of_inputs(examples: Sequence[Example], max_lengths: Mapping[str, int]) -> Task:
-    """The task of the examples' form whose graph inputs `max_lengths` names (a bundle's or a
-    recipe's limits name the model's inputs); for callers that hold the limits and not the
-    task's name."""
-    form = form_of(examples[0])
-    matches = [t for t in TASKS.values() if t.form is form and set(t.inputs) <= set(max_lengths)]
-    if len(matches) != 1:
-        raise ValueError(f"max_lengths {sorted(max_lengths)} name the inputs of {len(matches)} {form.value} tasks "
-                         f"({[t.name for t in matches]}), not one: pass task=")
-    return matches[0]
 
 
 def task_inputs(task: Task, examples: Sequence[Example]) -> list[SimpleNamespace]:
@@ -41,16 +29,17 @@ def encode_examples(
     examples: Sequence[Example],
     max_lengths: dict[str, int],
     max_evidence: int | None = None,
-    task: str | Task | None = None,
+    *,
+    task: str | Task,
 ) -> tuple[np.ndarray, ...]:
     """Ids arrays in the task's input order: (input_ids,), (premise_ids, hypothesis_ids) or
     (claim_ids, evidence_ids (B, K, L)) for the current tasks. Texts are cut to
     `max_lengths[input]`; list fields to `max_evidence` texts. `task` (a name of core.tasks or a
-    Task) is the split's (its dataset's); without it, the task whose inputs `max_lengths` names.
-    The encoding is the service's (core.encoding.encode_fields)."""
+    Task) is the split's (its dataset's, a bundle's config.task): never guessed from the records or
+    the limits. The encoding is the service's (core.encoding.encode_fields)."""
     if not examples:
         raise ValueError("no examples to encode")
-    spec = TASKS[task] if isinstance(task, str) else task if task is not None else _task_of_inputs(examples, max_lengths)
+    spec = TASKS[task] if isinstance(task, str) else task
     fields = encode_fields(encoder, spec, task_inputs(spec, examples), max_lengths, max_texts=max_evidence)
     return tuple(pad_3d(f.per_input()) if f.field.many else pad_2d(f.encoded.ids) for f in fields)
 

@@ -211,7 +211,7 @@ def score_examples(
                                          else None)
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
         indices = order[start : start + batch_size]
-        ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence, config.task)
+        ids = encode_examples(encoder, [examples[i] for i in indices], config.max_lengths, config.max_evidence, task=config.task)
         counted = count_ids(ids, unknown)
         tokens, unknowns = tokens + counted[0], unknowns + counted[1]
         outputs = session.run(list(config.outputs[: 2 if evidence is not None else 1]), dict(zip(config.inputs, ids)))

@@ -133,13 +133,13 @@ class EncodedExamples:
         labels: Sequence[str],
         max_lengths: dict[str, int],
         max_evidence: int | None,
-        task: str | None = None,
+        task: str,
     ) -> "EncodedExamples":
-        """`task`: the split's task (core.tasks name); None: the one whose inputs max_lengths names."""
+        """`task`: the split's task (a core.tasks name: its dataset's, a checkpoint's config.task)."""
         columns: list[list[Any]] | None = None
         costs: list[int] = []
         for start in range(0, len(examples), ENCODE_CHUNK):
-            arrays = encode_examples(encoder, examples[start : start + ENCODE_CHUNK], max_lengths, max_evidence, task)
+            arrays = encode_examples(encoder, examples[start : start + ENCODE_CHUNK], max_lengths, max_evidence, task=task)
             if columns is None:
                 columns = [[] for _ in arrays]
             chunk_costs = np.zeros(arrays[0].shape[0], dtype=np.int64)

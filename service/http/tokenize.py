@@ -38,8 +38,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from core.encoding import encode_fields, task_of_fields
-from core.tasks import TASKS
+from core.encoding import encode_fields
+from core.tasks import TASKS, Task
 from core.tokenization import TextEncoder
 from service import tracing
 from service.errors import AnswerTooLarge, InvalidInput, UnknownModel, excerpt, set_by
@@ -93,10 +93,19 @@ def _pick_task(raw: dict, service: Any) -> tuple[str | None, str]:
     inputs = raw.get("inputs")
     first = inputs[0] if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict) else raw
     try:
-        return None, task_of_fields(list(first)).name
+        return None, _task_of_body(first).name
     except ValueError:
         raise InvalidInput(f"body: name a model (\"model\": \"...\") or send one task's text fields ({_FIELD_SETS}), "
                            "as its endpoint takes them") from None
+
+
+def _task_of_body(body: dict) -> Task:
+    """The one task whose text fields a model-less body holds, all of them (`/tokenize` takes the
+    body as the task's endpoint does, and each task's fields differ); ValueError otherwise."""
+    matches = [task for task in TASKS.values() if set(task.field_names) <= set(body)]
+    if len(matches) != 1:
+        raise ValueError(f"fields {sorted(body)} match {len(matches)} tasks, not one")
+    return matches[0]
 
 
 # Unicode's White_Space characters: where the WhitespaceSplit pre-tokenizer splits (Rust's

@@ -172,7 +172,7 @@ def train_checkpoint(task: str, directory: Path) -> Path:
     network.train()
     for step in range(24):
         batch = train[(step * 32) % len(train):][:32]
-        ids = tuple(torch.from_numpy(x) for x in encode_examples(encoder, batch, MAX_LENGTHS[task], MAX_EVIDENCE))
+        ids = tuple(torch.from_numpy(x) for x in encode_examples(encoder, batch, MAX_LENGTHS[task], MAX_EVIDENCE, task=task))
         loss, _ = network.training_loss(ids, torch.from_numpy(label_ids(batch, LABELS[task])))
         optimizer.zero_grad()
         loss.backward()
@@ -367,7 +367,7 @@ def test_variants_measured_and_shipped_only_when_accurate(bundles, checkpoints):
     examples = load_examples(checkpoints["classification"])
     assert len(examples) == 96
     encoder = TextEncoder.from_file(bundle.tokenizer_path)
-    ids = encode_examples(encoder, examples, MAX_LENGTHS["classification"], MAX_EVIDENCE)
+    ids = encode_examples(encoder, examples, MAX_LENGTHS["classification"], MAX_EVIDENCE, task="classification")
     session = ort.InferenceSession(str(bundle.model_path), providers=["CPUExecutionProvider"])
     logits = session.run(None, dict(zip(bundle.config.inputs, ids)))[0]
     gold = label_ids(examples, LABELS["classification"])

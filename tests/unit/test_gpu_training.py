@@ -62,7 +62,7 @@ def _encoded(task: str) -> EncodedExamples:
     encoder = TextEncoder(build_tokenizer(t for e in splits.train for t in texts_of(e)))
     limits = {"entailment": {"premise_ids": 16, "hypothesis_ids": 16},
               "verification": {"claim_ids": 16, "evidence_ids": 16}}[task]
-    data = EncodedExamples.encode(encoder, splits.train, splits.labels, limits, 4 if task == "verification" else None)
+    data = EncodedExamples.encode(encoder, splits.train, splits.labels, limits, 4 if task == "verification" else None, task)
     if task == "verification":
         assert data.evidence_targets is not None
     return data
@@ -111,9 +111,9 @@ def test_a_bf16_autocast_checkpoint_is_fp32_exports_with_parity_and_stays_batch_
     encoder = TextEncoder.from_file(tmp_path / "bf16" / "tokenizer.json")
     network.eval()
     rows = splits.dev[:8]
-    together = outputs(network, [torch.from_numpy(a) for a in encode_examples(encoder, rows, meta.max_lengths, meta.max_evidence)])
+    together = outputs(network, [torch.from_numpy(a) for a in encode_examples(encoder, rows, meta.max_lengths, meta.max_evidence, task=meta.task)])
     for i, row in enumerate(rows):
-        alone = outputs(network, [torch.from_numpy(a) for a in encode_examples(encoder, [row], meta.max_lengths, meta.max_evidence)])
+        alone = outputs(network, [torch.from_numpy(a) for a in encode_examples(encoder, [row], meta.max_lengths, meta.max_evidence, task=meta.task)])
         assert torch.allclose(alone[0][0], together[0][i], atol=1e-5, rtol=0)
 
 

@@ -144,7 +144,7 @@ def make_recipe(task: str, architecture: str = "test-mean-bag", model: dict | No
 def encoded_inputs(checkpoint: Path, examples) -> tuple[torch.Tensor, ...]:
     _, meta = load_checkpoint(checkpoint)
     encoder = TextEncoder.from_file(checkpoint / "tokenizer.json")
-    arrays = encode_examples(encoder, examples, meta.max_lengths, meta.max_evidence)
+    arrays = encode_examples(encoder, examples, meta.max_lengths, meta.max_evidence, task=meta.task)
     return tuple(torch.from_numpy(a) for a in arrays)
 
 
@@ -291,10 +291,10 @@ def test_encoded_batches_equal_the_shared_encoding_path(task):
     tokenizer = build_tokenizer(t for e in splits.train for t in texts_of(e))
     encoder = TextEncoder(tokenizer)
     limits = LIMITS[task]
-    data = EncodedExamples.encode(encoder, splits.train, splits.labels, limits["max_lengths"], limits.get("max_evidence"))
+    data = EncodedExamples.encode(encoder, splits.train, splits.labels, limits["max_lengths"], limits.get("max_evidence"), task)
     indices = [5, 0, 17, 33]
     ids, labels = data.batch(indices)
-    expected = encode_examples(encoder, [splits.train[i] for i in indices], limits["max_lengths"], limits.get("max_evidence"))
+    expected = encode_examples(encoder, [splits.train[i] for i in indices], limits["max_lengths"], limits.get("max_evidence"), task=task)
     for got, want in zip(ids, expected):
         assert np.array_equal(got.numpy(), want)
     assert [splits.labels[i] for i in labels] == [splits.train[i].label for i in indices]
