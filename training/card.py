@@ -47,7 +47,7 @@ from core.tasks import TASK_OF_DATASET, TASKS
 from core.tokenization import PAD_ID, UNK_TOKEN, TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
 from training.calibration import calibrated_probs, ece_from_confidence, expected_calibration_error, fit_temperature
-from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample
+from training.examples import ClaimExample, DatasetSplits, Example, PairExample, TextExample, rename_labels
 from training.ood import OodSet, ood_sets
 from training.recipes import recipe_table
 
@@ -96,6 +96,19 @@ def resolve_dataset(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Path = R
                      "pass --recipe RECIPE.toml (your own files) or --dataset NAME (a named dataset)")
 
 
+def recorded_label_names(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Path = REPO_ROOT / "recipes") -> dict[str, str]:
+    """The `[data] label_names` the bundle was trained with: its config's recipe section, else the
+    recipe of the same name in recipes/ ({} when neither renames a label)."""
+    section = raw.get("recipe", {}).get("data") if isinstance(raw.get("recipe"), dict) else None
+    if isinstance(section, dict) and section.get("label_names"):
+        return dict(section["label_names"])
+    for name in (raw.get("name"), bundle_dir.name):
+        recipe = recipes_dir / f"{name}.toml"
+        if name and recipe.is_file():
+            return dict(recipe_table(recipe).get("data", {}).get("label_names") or {})
+    return {}
+
+
 def recipe_splits(recipe: Any, cache_dir: str | Path | None = None) -> DatasetSplits:
     """The splits of a recipe's [data]: its named dataset, or its train/dev/test files (as
     `training.trainer.load_splits` reads them, without importing torch). A missing file is a
@@ -104,13 +117,15 @@ def recipe_splits(recipe: Any, cache_dir: str | Path | None = None) -> DatasetSp
 
     data = recipe.data
     if data.dataset is not None:
-        return load_dataset(data.dataset, cache_dir=cache_dir)
-    for key in ("train", "dev", "test"):
-        path = getattr(data, key)
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"recipe {recipe.name}: its [data] {key} file {path} does not exist")
-    return load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name,
-                           task=data.task)
+        splits = load_dataset(data.dataset, cache_dir=cache_dir)
+    else:
+        for key in ("train", "dev", "test"):
+            path = getattr(data, key)
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"recipe {recipe.name}: its [data] {key} file {path} does not exist")
+        splits = load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name,
+                                 task=data.task)
+    return rename_labels(splits, data.label_names) if data.label_names else splits
 
 
 def _recipe_files(recipe: Any, raw: dict[str, Any]) -> dict[str, Any]:
@@ -391,6 +406,9 @@ def build_card(
 
         dataset = dataset or resolve_dataset(raw, bundle_dir)
         splits = load_dataset(dataset, cache_dir=cache_dir)
+        names = recorded_label_names(raw, bundle_dir)
+        if names:
+            splits = rename_labels(splits, names)
     dataset = splits.name
     if failure_modes is None:
         failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])

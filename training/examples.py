@@ -7,9 +7,10 @@ are not named premise/hypothesis reads `PairExample`s too. The task of a split i
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Mapping, Sequence, Union
 
 from core.tasks import TaskForm
 
@@ -92,3 +93,20 @@ def subsample(examples: Sequence[Example], count: int | None, seed: int) -> list
         return list(examples)
     keep = sorted(random.Random(seed).sample(range(len(examples)), count))
     return [examples[i] for i in keep]
+
+
+def rename_labels(splits: DatasetSplits, names: Mapping[str, str]) -> DatasetSplits:
+    """`splits` with each label spelled as `names` says (a label it does not name keeps its
+    spelling; the order stays): a dataset's "0"/"1" served as words."""
+    unknown = sorted(set(names) - set(splits.labels))
+    renamed = [names.get(label, label) for label in splits.labels]
+    if unknown or len(set(renamed)) != len(renamed):
+        raise ValueError(f"label_names {dict(names)} must rename labels of {splits.labels} to distinct names"
+                         + (f" ({unknown} are not among them)" if unknown else ""))
+
+    def split(examples: Sequence[Example]) -> list[Example]:
+        return [dataclasses.replace(e, label=names.get(e.label, e.label)) for e in examples]
+
+    return dataclasses.replace(splits, labels=renamed, train=split(splits.train), dev=split(splits.dev),
+                               test=split(splits.test))
+

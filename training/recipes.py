@@ -88,6 +88,7 @@ class DataSection(_Strict):
     labels: list[str] | None = Field(None, description="Label order for file data (default: order of first appearance in train).")
     # one of the registered labelled tasks (core.tasks), which pydantic's error lists
     task: Literal[_FILE_TASKS] | None = Field(None, description="The task the files must turn out to be (file data only; checked against the format).")
+    label_names: dict[str, str] | None = Field(None, description="Rename labels as the data spells them to the names the model answers, e.g. MSRP's `{\"0\" = \"not_paraphrase\", \"1\" = \"paraphrase\"}` (the label order stays).")
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataSection":

@@ -355,3 +355,25 @@ def test_docs_recipes_md_is_what_recipe_options_generates():
     for key in MODEL_FIELD_DESCRIPTIONS:
         assert f"| `{key}` |" in committed, key
     assert "glove = false" in committed  # how to train without the download
+
+
+def test_label_names_rename_a_datasets_labels_in_order(tmp_path):
+    """`[data] label_names` serves a dataset's "0"/"1" as words; the order stays, every example
+    follows, and a name that is not a label, or two labels renamed alike, is refused."""
+    from training.examples import DatasetSplits, PairExample, rename_labels
+
+    pairs = [PairExample("a", "b", "1"), PairExample("c", "d", "0")]
+    splits = DatasetSplits("msrp", "entailment", ["0", "1"], pairs, pairs[:1], pairs[1:])
+    renamed = rename_labels(splits, {"0": "not_paraphrase", "1": "paraphrase"})
+    assert renamed.labels == ["not_paraphrase", "paraphrase"]
+    assert [e.label for e in renamed.train] == ["paraphrase", "not_paraphrase"]
+    assert [e.label for e in renamed.dev + renamed.test] == ["paraphrase", "not_paraphrase"]
+    assert [e.texts for e in renamed.train] == [e.texts for e in pairs]
+    with pytest.raises(ValueError, match="not among them"):
+        rename_labels(splits, {"2": "x"})
+    with pytest.raises(ValueError, match="distinct"):
+        rename_labels(splits, {"0": "same", "1": "same"})
+    path = tmp_path / "r.toml"
+    path.write_text('name = "r"\n[data]\ndataset = "snli"\nlabel_names = { "neutral" = "unknown" }\n'
+                    '[model]\narchitecture = "abcnn-1"\n[limits]\nmax_lengths = { premise_ids = 8, hypothesis_ids = 8 }\n')
+    assert load_recipe(path).data.label_names == {"neutral": "unknown"}
