@@ -881,7 +881,8 @@ def load_from_files(
     `labels`, else the order labels first appear in train. With format "sick" the full release
     SICK.txt may be given for all three: each split keeps its SemEval part (TRAIN/TRIAL/TEST).
     The task is `task` (a recipe's [data] task), which must take the records' form; without it,
-    the one labelled task of core.tasks of that form (ValueError when several are)."""
+    the task that claims the format (core.tasks' Task.formats), else the one labelled task of
+    that form (ValueError when several are)."""
     parts: dict[str, list[Example]] = {}
     checksums: dict[str, str] = {}
     for role, path in (("train", train), ("dev", dev), ("test", test)):
@@ -898,6 +899,10 @@ def load_from_files(
     form = form_of(next(iter(parts["train"])))
     candidates = tasks_of_form(form, labelled=True)
     if task is None:
+        # the task that claims the format (core.tasks: Task.formats), else the form's one task
+        claimed = [t for t in candidates if format in TASKS[t].formats]
+        if len(claimed) == 1:
+            candidates = tuple(claimed)
         if len(candidates) != 1:
             raise ValueError(f"{format} files hold {form.value} examples, which the tasks {list(candidates)} take: "
                              "name the task ([data] task)")

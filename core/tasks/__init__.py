@@ -19,9 +19,10 @@ def _discover() -> dict[str, Task]:
     endpoints = [t.endpoint for t in tasks.values()]
     if len(set(endpoints)) != len(endpoints):
         raise ValueError(f"two tasks share an endpoint: {endpoints}")
-    datasets = [d for t in tasks.values() for d in t.datasets]
-    if len(set(datasets)) != len(datasets):
-        raise ValueError(f"a dataset is claimed by two tasks: {sorted(d for d in datasets if datasets.count(d) > 1)}")
+    for kind in ("datasets", "formats"):
+        claimed = [name for t in tasks.values() for name in getattr(t, kind)]
+        if len(set(claimed)) != len(claimed):
+            raise ValueError(f"{kind} claimed by two tasks: {sorted({n for n in claimed if claimed.count(n) > 1})}")
     return tasks
 
 

@@ -57,6 +57,9 @@ class Task:
     per_text_description: str = ""  # the answer field of the per-text output, in the API schema
     # the training datasets (training.datasets names) whose examples are this task's
     datasets: tuple[str, ...] = ()
+    # the file formats (training.readers names) whose records are this task's examples, so that
+    # own files in one need no `[data] task` when several tasks share the form
+    formats: tuple[str, ...] = ()
     # one input, as a client writes it: the API docs', the UI's and the error messages' example
     example: dict[str, Any] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ TASK = Task(
     "Does the premise entail the hypothesis? One pair or a batch.",
     (TextField("premise", "premise_ids"), TextField("hypothesis", "hypothesis_ids")),
     datasets=("snli", "sick", "msrp", "wikiqa", "scitail", "mnli", "xnli", "qnli", "nli-mix", "fever-nli"),
+    formats=("snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "msrp", "wikiqa-tsv"),
     example={"premise": "A man is playing a guitar on stage.", "hypothesis": "A person is making music."},
 )
 

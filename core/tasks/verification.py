@@ -11,6 +11,7 @@ TASK = Task(
                description="evidence sentences; at most the model's max_evidence")),
     per_text="evidence_scores", per_text_description="weight of each evidence sentence, in input order",
     datasets=("snli-verification", "fever", "fever-swaps", "fever-swaps-half"),
+    formats=("fever-jsonl", "fever-csv"),
     example={"claim": "The Eiffel Tower is in Berlin.",
              "evidence": ["The Eiffel Tower is a wrought-iron lattice tower in Paris, France."]},
 )

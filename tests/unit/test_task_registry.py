@@ -118,3 +118,14 @@ def test_forms_follow_the_fields():
         check_task(Task("x", "/x", "x", "", (TextField("a", "a_ids"),), example={"b": "?"}))
     with pytest.raises(ValueError, match="no form"):
         check_task(Task("x", "/x", "x", "", (TextField("a", "a_ids"), TextField("b", "b_ids"), TextField("c", "c_ids"))))
+
+
+def test_a_file_format_belongs_to_one_task_and_names_it_for_own_files():
+    """Own pair files need no `[data] task` while their format is one task's (core.tasks:
+    Task.formats), however many tasks share the pair form."""
+    from training.readers import READERS
+
+    claimed = [f for t in TASKS.values() for f in t.formats]
+    assert len(claimed) == len(set(claimed)) and set(claimed) <= set(READERS)
+    for task in TASKS.values():
+        assert all(task.labelled for _ in task.formats), task.name  # files train labelled tasks
