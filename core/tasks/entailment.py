@@ -6,8 +6,8 @@ TASK = Task(
     "entailment", "/entailment", "entailment",
     "Does the premise entail the hypothesis? One pair or a batch.",
     (TextField("premise", "premise_ids"), TextField("hypothesis", "hypothesis_ids")),
-    datasets=("snli", "sick", "msrp", "wikiqa", "scitail", "mnli", "xnli", "qnli", "nli-mix", "fever-nli"),
-    formats=("snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "msrp", "wikiqa-tsv"),
+    datasets=("snli", "sick", "wikiqa", "scitail", "mnli", "xnli", "qnli", "nli-mix", "fever-nli"),
+    formats=("snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "wikiqa-tsv"),
     example={"premise": "A man is playing a guitar on stage.", "hypothesis": "A person is making music."},
 )
 

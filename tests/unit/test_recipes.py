@@ -24,6 +24,7 @@ DEFAULT_MODELS = {
     "scitail-attconv",
     "snli-attconv-light",
     "wikiqa-attconv",
+    "paraphrase-attconv",
     "fever-attconv",
     "fever-attconv-base",  # not shipped: the first of fever-attconv's stages
     "fever-attconv-tuned",  # not shipped: fever-attconv-average averages it with the next
