@@ -157,6 +157,8 @@ def main(
                                         max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
                                         intra_op_threads=1)
             spec.code_root = root
+            if not (root / "service" / "http" / "app.py").is_file():  # a tree from before service/ had layers
+                spec.argv = [a.replace("service.http.app:", "service.app:") for a in spec.argv]
             spec.env.update(extra.get(label, {}))
             body_file = Path(bodies) if bodies.endswith(".jsonl") else work / "bodies" / f"{bodies}.jsonl"
             with servers.Server(spec, SERVER_CPU, work / "logs") as server:
