@@ -107,7 +107,7 @@ def test_a_task_field_may_not_take_a_request_or_answer_name():
                                       per_text="scores"))
 
 
-def test_rerank_keeps_the_tei_contract_declared_by_its_module():
+def test_rerank_keeps_the_tei_contract():
     """rerank's TEI contract is its module's (core/tasks/rerank.py: REQUEST_OPTIONS, ANSWER,
     answer_of); the service builds the request from it with its own unknown-field handling."""
     from core.tasks import rerank as module
