@@ -56,3 +56,11 @@ def test_verification_shortcuts_reports_each_shortcut_of_the_snli_verification_d
     for name in ("claim_only", "overlap_only"):
         assert 0.0 <= report[name]["majority"]["rate"] <= 1.0 and 0.0 <= report[name]["accuracy"] <= 1.0
     assert 0.0 <= report["topic"]["distractors_holding_all_claim_words"] <= 1.0
+
+
+def test_every_probe_in_tools_has_a_test_here():
+    """tools/ keeps a probe only with a test that runs it (the others were folded into the docs
+    that cite them); make_models.sh is `make models` itself."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    untested = [p.name for p in sorted((ROOT / "tools").glob("*.py")) if f"tools/{p.name}" not in source]
+    assert untested == []
