@@ -18,6 +18,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis import checks
 
+from core.tasks import TASKS
 from tests.bundles import running_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,8 +71,9 @@ def test_schema_covers_every_endpoint(live_server):
     paths = httpx.get(f"{live_server.base}/openapi.json").json()["paths"]
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
         f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer")}
-    assert set(paths) == {"/classify", "/entailment", "/verify", "/rerank", "/health/live", "/health/ready", "/v1/models",
-                          "/metrics", "/tokenize", "/zero-shot"} | v2
+    tasks = {task.endpoint for task in TASKS.values()}  # every task of the registry (core.tasks)
+    assert set(paths) == tasks | {"/health/live", "/health/ready", "/v1/models", "/metrics", "/tokenize", "/zero-shot"} | v2
+    assert {"/classify", "/entailment", "/verify", "/rerank", "/paraphrase"} <= tasks
 
 
 # --- targeted cases -------------------------------------------------------------------------
