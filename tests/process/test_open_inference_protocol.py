@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bench.harness import ServiceProcess  # noqa: E402
+from core.tasks import TASKS  # noqa: E402
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -135,13 +136,13 @@ def test_metadata_and_readiness_follow_the_protocol(server):
         meta = client.get_model_metadata(entry["name"])
         assert meta["versions"] == [entry["version"]]
         assert meta["parameters"]["labels"] == entry["labels"]
-        fields = {"classification": ["text"], "entailment": ["premise", "hypothesis"],
-                  "verification": ["claim", "evidence"], "rerank": ["query", "texts"]}[entry["task"]]
-        assert [t["name"] for t in meta["inputs"]] == fields
+        fields = {"classification": ["text"], "entailment": ["premise", "hypothesis"], "verification": ["claim", "evidence"],
+                  "rerank": ["query", "texts"], "paraphrase": ["sentence1", "sentence2"]}[entry["task"]]
+        assert [t["name"] for t in meta["inputs"]] == fields == list(TASKS[entry["task"]].field_names)
         assert all(t["datatype"] == "BYTES" for t in meta["inputs"])
         scores = next(t for t in meta["outputs"] if t["name"] == "scores")
         # a reranker's scores: one per text of the row, [n, k]; else one per label
-        width = -1 if entry["task"] == "rerank" else len(entry["labels"])
+        width = -1 if not TASKS[entry["task"]].labelled else len(entry["labels"])
         assert scores == {"name": "scores", "datatype": "FP32", "shape": [-1, width]}
         assert client.is_model_ready(entry["name"])
         assert client.is_model_ready(entry["name"], model_version=entry["version"])

@@ -1,4 +1,4 @@
-"""The seven bundles in model_repository/, served for real in-process: they all load and carry a
+"""The eight bundles in model_repository/, served for real in-process: they all load and carry a
 card, every answer printed in the README's API section is what they answer now (label exact,
 scores to the README's 4 decimals), and the default /verify model keeps the behaviour that
 decided which verification model ships (an unrelated sentence beside a supporting or refuting
@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 REPOSITORY = ROOT / "model_repository"
 README = ROOT / "README.md"
-SHIPPED = {"nli-attconv-advanced", "scitail-attconv", "snli-attconv-light", "wikiqa-attconv", "fever-attconv", "bbc-act", "tweets-act"}
+SHIPPED = {"nli-attconv-advanced", "scitail-attconv", "snli-attconv-light", "wikiqa-attconv", "fever-attconv", "bbc-act", "tweets-act",
+           "paraphrase-attconv"}
 SCORE_TOLERANCE = 6e-5  # README rounds to 4 decimals; onnxruntime CPU builds may differ in the last ulp
 
 # (claim, evidence, label) the default /verify model must answer: Wikipedia claims
@@ -145,7 +146,7 @@ def test_every_shipped_bundle_loads_with_a_card(served):
         assert card.get("known_failure_modes"), f"{name}: card lists no failure modes"
     defaults = {m["task"]: m["name"] for m in models["models"] if m.get("default")}
     assert defaults == {"entailment": "nli-attconv-advanced", "verification": "fever-attconv", "classification": "bbc-act",
-                        "rerank": "wikiqa-attconv"}
+                        "rerank": "wikiqa-attconv", "paraphrase": "paraphrase-attconv"}
 
 
 def test_the_model_repository_stays_within_its_size_budget():

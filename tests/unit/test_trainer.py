@@ -84,18 +84,27 @@ if "test-mean-bag" not in architectures():
 # ---------------------------------------------------------------------------------------------
 # Synthetic splits: the label is given away by a keyword, surrounded by noise words.
 
+# labels and their keywords; a task not named here (one added to core/tasks) gets two labels
 KEYWORDS = {
     "classification": {"neg": ["bad", "awful", "poor"], "pos": ["good", "great", "fine"]},
     "entailment": {"entailment": ["sleeping", "resting"], "neutral": ["happy", "tall"], "contradiction": ["running", "jumping"]},
     "verification": {"SUPPORTS": ["won", "earned"], "REFUTES": ["lost", "missed"], "NOT ENOUGH INFO": ["maybe", "perhaps"]},
 }
+OTHER_TASK_KEYWORDS = {"no": ["lost", "missed"], "yes": ["won", "earned"]}
+for _name, _task in TASKS.items():
+    if _task.labelled:
+        KEYWORDS.setdefault(_name, OTHER_TASK_KEYWORDS)
 NOISE = "the a man woman dog cat park street ball sun near with on is was".split()
-DATASET_OF = {"classification": "bbc", "entailment": "snli", "verification": "snli-verification"}
+# a dataset of each task (its first in core.tasks; snli for entailment, the one these tests were written on)
+DATASET_OF = {name: ("snli" if "snli" in task.datasets else task.datasets[0]) for name, task in TASKS.items() if task.datasets}
 LIMITS = {
     "classification": {"max_lengths": {"input_ids": 12}},
     "entailment": {"max_lengths": {"premise_ids": 10, "hypothesis_ids": 8}},
     "verification": {"max_lengths": {"claim_ids": 8, "evidence_ids": 9}, "max_evidence": 3},
 }
+for _name, _task in TASKS.items():
+    if _task.labelled and _name not in LIMITS:
+        LIMITS[_name] = {"max_lengths": {f.input: 10 for f in _task.fields}, **({"max_evidence": 3} if _task.list_field else {})}
 
 
 def sentence(rng: random.Random, keyword: str | None = None) -> str:
@@ -107,9 +116,10 @@ def sentence(rng: random.Random, keyword: str | None = None) -> str:
 
 def make_example(task: str, rng: random.Random, label: str):
     keyword = rng.choice(KEYWORDS[task][label])
-    if task == "classification":
+    form = TASKS[task].form
+    if form is TaskForm.TEXT:
         return TextExample(sentence(rng, keyword), label)
-    if task == "entailment":
+    if form is TaskForm.PAIR:
         return PairExample(sentence(rng), sentence(rng, keyword), label)
     evidence = tuple(sentence(rng) for _ in range(rng.randint(1, 5)))
     return ClaimExample(sentence(rng, keyword), evidence, label)
