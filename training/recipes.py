@@ -44,25 +44,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.tasks import TASK_OF_DATASET, TASKS, classification
+from core.tasks import TASK_OF_DATASET, TASKS
 
 # A recipe name (and so a checkpoint and bundle name): what `name`, `extends`, init_from and average_with hold.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
 
-# The task each named dataset has: the task registry's (core.tasks.TASK_OF_DATASET, from each
-# task's `datasets`), listed in the order the options reference (docs/recipes.md) shows them;
-# a dataset the list does not name yet comes after, in the registry's order.
-_DATASET_ORDER = ("snli", "snli-verification", "bbc", "tweets", "sick", "msrp", "wikiqa", "scitail", "mnli", "xnli",
-                  "qnli", "nli-mix", "fever", "fever-nli", "fever-swaps", "fever-swaps-half")
+# The task each named dataset has: the task registry's (each task's `datasets`, core.tasks).
+DATASET_TASKS: dict[str, str] = dict(TASK_OF_DATASET)
 # The tasks file data may be: every labelled task of the registry (core.tasks), in its order.
 _FILE_TASKS = tuple(name for name, task in TASKS.items() if task.labelled)
-# The task the minimal recipe's files are (one text per line of a CSV).
-_EXAMPLE_TASK = classification.TASK.name
-DATASET_TASKS: dict[str, str] = {
-    **{name: TASK_OF_DATASET[name] for name in _DATASET_ORDER if name in TASK_OF_DATASET},
-    **{name: task for name, task in TASK_OF_DATASET.items() if name not in _DATASET_ORDER},
-}
 # Defaults that follow other keys (a minimal recipe gets the pretrained vectors, a
 # pretrained vocabulary and, for AttConv, the tuned second channel: what served small own data
 # best, tools/own_data_defaults_probe.py). Recipe._resolve_defaults fills them in.
@@ -360,14 +351,14 @@ train = "train.csv"              # paths relative to this file
 dev = "dev.csv"
 test = "test.csv"
 format = "text-csv"
-task = "@EXAMPLE_TASK@"          # classification, entailment or verification
+task = "classification"          # classification, entailment, verification or paraphrase
 
 [model]
 architecture = "attconv-light"   # attconv-light/-advanced: every task; abcnn-1..3, bcnn: pairs; act, transformer: single texts
 
 [limits]
 max_lengths = { input_ids = 64 } # pairs: premise_ids, hypothesis_ids; claims: claim_ids, evidence_ids (+ max_evidence)
-""".replace("@EXAMPLE_TASK@", _EXAMPLE_TASK)
+"""
 
 # The [model] table's keys besides `architecture`: fields of the architecture's network config
 # (models.*Config dataclasses), described here so that docs/recipes.md documents every key a
