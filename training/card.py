@@ -110,9 +110,9 @@ def recorded_label_names(raw: dict[str, Any], bundle_dir: Path, recipes_dir: Pat
 
 
 def recipe_splits(recipe: Any, cache_dir: str | Path | None = None) -> DatasetSplits:
-    """The splits of a recipe's [data]: its named dataset, or its train/dev/test files (as
-    `training.trainer.load_splits` reads them, without importing torch). A missing file is a
-    FileNotFoundError that names the recipe key."""
+    """The splits of a recipe's [data]: its named dataset, or its train/dev/test files, with the
+    labels renamed as `[data] label_names` says (what `training.trainer.load_splits` trains on,
+    read without importing torch). A missing file is a FileNotFoundError that names the recipe key."""
     from training.datasets import load_dataset, load_from_files
 
     data = recipe.data

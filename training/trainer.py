@@ -50,7 +50,7 @@ from training.acceleration import (autocast, autocast_dtype, batch_stream, compi
                                    uncompile_network)
 from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
-from training.examples import ClaimExample, DatasetSplits, Example, rename_labels, subsample, texts_of
+from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of
 from training.metrics import classification_metrics
 from training.pair_evaluation import RANKING_DATASETS, selection_metric, task_metrics
 from training.recipes import Recipe, TrainSection
@@ -95,21 +95,15 @@ def available_cores() -> int:
 
 
 def load_splits(recipe: Recipe, cache_dir: str | Path | None = None) -> DatasetSplits:
-    """The recipe's dataset: a named one (training.datasets) or its train/dev/test files, its
-    labels renamed as `[data] label_names` says; from the training pack when `cache_dir` is one
-    (training.pack, which holds them renamed already)."""
-    from training.datasets import load_dataset, load_from_files  # lazy: written beside this module
+    """The recipe's dataset (training.card.recipe_splits: a named one or its train/dev/test files,
+    its labels renamed as `[data] label_names` says); from the training pack when `cache_dir` is
+    one (training.pack, which holds them renamed already)."""
     from training import pack
+    from training.card import recipe_splits  # lazy: the card's scoring is not the trainer's
 
     if pack.is_pack(cache_dir):
         return pack.load_pack_splits(cache_dir, recipe)
-    data = recipe.data
-    if data.dataset is not None:
-        splits = load_dataset(data.dataset, cache_dir=cache_dir)
-    else:
-        splits = load_from_files(data.train, data.dev, data.test, data.format, labels=data.labels, name=recipe.name,
-                                 task=data.task)
-    return rename_labels(splits, data.label_names) if data.label_names else splits
+    return recipe_splits(recipe, cache_dir)
 
 
 @dataclass
