@@ -4,9 +4,9 @@ text-embeddings-inference's /tokenize answers it, per text field of the model's 
 The body is the one the model's task endpoint takes (what you would send to /entailment, one
 input or `{"inputs": [...]}`): the same validation, limits and errors. The model is `model`
 (any served model: its task says which fields the body must have), or, without it, the
-default model of the task whose text fields the body has (`text`: classification; `premise`
-and `hypothesis`: entailment; `claim` and `evidence`: verification; `query` and `texts`:
-rerank). `explain`, `truncate` and the rerank flags change nothing here.
+default model of the one task whose text fields the body has (core.tasks: `premise` and
+`hypothesis` are entailment's, `sentence1` and `sentence2` paraphrase's, ...). `explain`,
+`truncate` and the rerank flags change nothing here.
 
 The answer of one input, per text field (a list field such as `evidence`: one entry per text):
 
