@@ -1,9 +1,10 @@
 """The model bundle: a directory with `model.onnx`, `tokenizer.json` and `config.json`.
 
 `BundleConfig` is the one schema of config.json: export writes it, the service reads it.
-`load_bundle` refuses a bundle whose files are missing, whose checksums do not match, whose
-model keeps tensors in external data files (which no checksum covers), or whose labels do not
-match the model's output width, with a message naming the file.
+`read_bundle` (and `load_bundle`, its config only) refuses a bundle whose files are missing,
+whose checksums do not match, whose model keeps tensors in external data files (which no
+checksum covers), or whose labels do not match the model's output width, with a message naming
+the file. It reads each file once: the bytes it hashes are the bytes a session is built from.
 Nothing here unpickles: config is JSON, weights are ONNX protobuf.
 """
 
@@ -13,7 +14,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +28,9 @@ MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 FORMAT_VERSION = 1
+# The most bytes of a config.json read (the largest shipped one is 11 kB): a huge or endless
+# file (a link to /dev/zero) is refused after this many bytes instead of filling the memory.
+MAX_CONFIG_BYTES = 1 << 20
 
 # a task's name, as core.tasks registers it
 Task = Literal[tuple(TASKS)]  # type: ignore[valid-type]
@@ -247,17 +251,35 @@ def sha256_file(path: str | Path) -> str:
 
 
 def read_config(path: str | Path) -> BundleConfig:
+    """config.json at `path`, read once and at most MAX_CONFIG_BYTES."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise BundleError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path}: not readable JSON ({exc})") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: not readable ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise BundleError(f"{path}: over {MAX_CONFIG_BYTES} bytes, more than a bundle config holds")
+    return parse_config(raw, path)
+
+
+def parse_config(raw: bytes, path: str | Path) -> BundleConfig:
+    """The config in `raw` (the bytes of `path`). The messages name the fields at fault and never
+    quote the file's content (a config.json linked to another file must not show it)."""
     try:
-        return BundleConfig.model_validate(raw)
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else \
+            f"byte {exc.start}"
+        raise BundleError(f"{path}: not readable JSON (at {where})") from None
+    try:
+        return BundleConfig.model_validate(data)
     except ValidationError as exc:
-        raise BundleError(f"{path}: invalid bundle config: {exc}") from None
+        problems = "; ".join(f"{'.'.join(str(part) for part in e['loc']) or 'config'}: {e['msg']}"
+                             for e in exc.errors(include_url=False, include_input=False, include_context=False))
+        raise BundleError(f"{path}: invalid bundle config: {problems}") from None
 
 
 # --- external data ----------------------------------------------------------------------------
@@ -357,29 +379,52 @@ def external_data(model: bytes) -> list[str]:
     return found
 
 
-def load_bundle(path: str | Path) -> Bundle:
-    """Read and verify a bundle directory (files present, checksums match, no tensor kept in
-    an external data file)."""
+@dataclass(frozen=True)
+class BundleFiles:
+    """A verified bundle with its graph and tokenizer as read: the very bytes whose sha256
+    config.json vouches for. Build the session and the tokenizer from these, never from the
+    paths again (a file replaced between the check and a second read would slip in)."""
+
+    bundle: Bundle
+    model: bytes = field(repr=False)
+    tokenizer: bytes = field(repr=False)
+
+
+def _read_checked(file: Path, expected: str) -> bytes:
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise BundleError(f"{file}: missing") from None
+    except OSError as exc:
+        raise BundleError(f"{file}: not readable ({exc.strerror or type(exc).__name__})") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise BundleError(f"{file}: sha256 {actual} does not match config.json ({expected}); the file was altered")
+    return data
+
+
+def read_bundle(path: str | Path) -> BundleFiles:
+    """Read and verify a bundle directory, each file once (files present, checksums match, no
+    tensor kept in an external data file)."""
     path = Path(path)
     config = read_config(path / CONFIG_FILE)
-    for name, expected in ((MODEL_FILE, config.model_sha256), (TOKENIZER_FILE, config.tokenizer_sha256)):
-        file = path / name
-        if not file.is_file():
-            raise BundleError(f"{file}: missing")
-        actual = sha256_file(file)
-        if actual != expected:
-            raise BundleError(f"{file}: sha256 {actual} does not match config.json ({expected}); the file was altered")
-    model = path / MODEL_FILE
+    model = _read_checked(path / MODEL_FILE, config.model_sha256)
+    tokenizer = _read_checked(path / TOKENIZER_FILE, config.tokenizer_sha256)
     try:
-        external = external_data(model.read_bytes())
+        external = external_data(model)
     except DecodeError:
-        raise BundleError(f"{model}: not an ONNX model (protobuf does not parse)") from None
+        raise BundleError(f"{path / MODEL_FILE}: not an ONNX model (protobuf does not parse)") from None
     if external:
         shown = ", ".join(external[:3]) + (f" and {len(external) - 3} more" if len(external) > 3 else "")
-        raise BundleError(f"{model}: {len(external)} tensor(s) keep their data in external files ({shown}), "
-                          "which config.json's checksums do not cover; export the model with its weights inside "
-                          "model.onnx")
-    return Bundle(path, config)
+        raise BundleError(f"{path / MODEL_FILE}: {len(external)} tensor(s) keep their data in external files "
+                          f"({shown}), which config.json's checksums do not cover; export the model with its "
+                          "weights inside model.onnx")
+    return BundleFiles(Bundle(path, config), model, tokenizer)
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Read and verify a bundle directory (`read_bundle`), for its config and paths."""
+    return read_bundle(path).bundle
 
 
 def check_output_width(bundle: Bundle, width: int | str | None) -> None:

@@ -20,8 +20,9 @@ from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
+from tokenizers import Tokenizer
 
-from core.bundle import Bundle, BundleError, check_output_width, load_bundle
+from core.bundle import Bundle, BundleError, check_output_width, read_bundle
 from core.tasks import TASKS, TEXT_FIELD_OF_INPUT
 from core.tokenization import TextEncoder, fill_2d, fill_3d
 
@@ -196,15 +197,12 @@ class BatchOutput:
 
 
 class ModelRuntime:
-    def __init__(self, bundle: Bundle, session: ort.InferenceSession, threads: int) -> None:
+    def __init__(self, bundle: Bundle, session: ort.InferenceSession, threads: int, encoder: TextEncoder) -> None:
         self.bundle = bundle
         self.config = bundle.config
         self.session = session
         self.threads = threads
-        try:
-            self.encoder = TextEncoder.from_file(bundle.tokenizer_path)
-        except Exception as exc:  # tokenizers raises plain Exception; TextEncoder ValueError
-            raise BundleError(f"{bundle.tokenizer_path}: tokenizers cannot load it: {exc}") from None
+        self.encoder = encoder
         self.provider = session.get_providers()[0]
         # the CUDA options in force, as onnxruntime reports them ({} on CPU)
         reported = session.get_provider_options().get(self.provider, {}) if self.provider == CUDA else {}
@@ -243,9 +241,11 @@ class ModelRuntime:
     @classmethod
     def load(cls, path: str | Path, providers: list[str], threads: int,
              cuda_options: dict[str, str] | None = None) -> "ModelRuntime":
-        """Verify the bundle (checksums, label count vs logits width) and open its session;
+        """Verify the bundle (checksums, label count vs logits width) and open its session and
+        tokenizer from the bytes the checksums were computed on (core.bundle.read_bundle);
         `cuda_options` go to CUDAExecutionProvider when it is asked for (Settings.cuda_provider_options)."""
-        bundle = load_bundle(path)
+        files = read_bundle(path)
+        bundle = files.bundle
         asked: list = list(providers)
         if providers[0] == CUDA:
             asked[0] = (CUDA, dict(cuda_options or {}))
@@ -260,7 +260,7 @@ class ModelRuntime:
         # not in the session's, once per node and new shape.
         ort.set_default_logger_severity(3)
         try:
-            session = ort.InferenceSession(str(bundle.model_path), sess_options=options, providers=asked)
+            session = ort.InferenceSession(files.model, sess_options=options, providers=asked)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
             raise BundleError(f"{bundle.model_path}: onnxruntime cannot load it: {exc}") from None
         actual = session.get_providers()
@@ -272,7 +272,11 @@ class ModelRuntime:
             )
         width = session.get_outputs()[0].shape[-1]
         check_output_width(bundle, width)
-        return cls(bundle, session, threads)
+        try:
+            encoder = TextEncoder(Tokenizer.from_str(files.tokenizer.decode("utf-8")))
+        except Exception as exc:  # tokenizers raises plain Exception; TextEncoder ValueError; bytes UnicodeDecodeError
+            raise BundleError(f"{bundle.tokenizer_path}: tokenizers cannot load it: {exc}") from None
+        return cls(bundle, session, threads, encoder)
 
     # --- items --------------------------------------------------------------------------
 
