@@ -57,6 +57,16 @@ def _requests(n: int, seed: int = 0) -> list[tuple[str, dict]]:
     return out
 
 
+async def _wait_until(condition, timeout_s: float, what: str) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout_s`, so a batcher bug
+    fails the test in seconds instead of hanging it until the suite's 600 s per-test timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, f"{what}: not within {timeout_s} s"
+        await asyncio.sleep(0.005)
+
+
 def _close(a: dict, b: dict) -> bool:
     if "results" in a:
         return len(a["results"]) == len(b["results"]) and all(_close(x, y) for x, y in zip(a["results"], b["results"]))
@@ -106,6 +116,37 @@ def test_concurrent_requests_each_get_their_own_answer(service_bundles):
             assert count == counts[(("model", dict(labels)["model"]),)]  # never over max_batch_size
 
 
+def test_requests_arriving_within_the_batch_delay_run_as_one_batch(service_bundles):
+    """A batch closes max_batch_delay_ms after its oldest input or when full, not at once: 8
+    requests sent 20 ms apart (~140 ms in all) with a 1000 ms delay and max_batch_size 8 run as
+    one batch. The margin (a sender 7x slower than planned still makes one batch, and two are
+    allowed) keeps a loaded machine from failing it; a batcher that ignores the delay runs each
+    request alone (8 batches)."""
+    async def scenario():
+        s = Settings(model_repository=service_bundles, max_batch_size=8, max_batch_delay_ms=1000)
+        async with running_app(s) as (app, client):
+            before = (await client.get("/metrics")).text  # warm-up batches are not this test's
+            sent = []
+            for i in range(8):
+                sent.append(asyncio.ensure_future(
+                    client.post("/classify", json={"text": f"the team won the cup {i}", "model": "topic"})))
+                await asyncio.sleep(0.02)
+            responses = await asyncio.wait_for(asyncio.gather(*sent), 30)
+            text = (await client.get("/metrics")).text
+            return responses, before, text
+
+    responses, before, text = asyncio.run(scenario())
+    assert [r.status_code for r in responses] == [200] * 8, [r.text for r in responses]
+
+    def added(name: str) -> float:
+        key = (("model", "topic"),)
+        return metric_samples(text, name)[key] - metric_samples(before, name).get(key, 0)
+
+    batches = added("attserve_batch_size_count")
+    assert added("attserve_batch_size_sum") == 8  # each request's input ran once
+    assert batches <= 2, f"8 requests 20 ms apart ran as {batches:.0f} batches with a 1000 ms delay"
+
+
 def test_full_queue_is_429_with_retry_after(service_bundles):
     async def scenario():
         s = Settings(model_repository=service_bundles, max_queue=2, max_batch_size=64, max_batch_delay_ms=1500)
@@ -113,8 +154,9 @@ def test_full_queue_is_429_with_retry_after(service_bundles):
             engine = app.state.service.models["topic"].engine
             first = asyncio.ensure_future(client.post("/classify", json={"inputs": [{"text": "a"}, {"text": "b"}],
                                                                          "model": "topic"}))
-            while engine.depth < 2:
-                await asyncio.sleep(0.005)
+            # the two inputs stay queued for the 1500 ms batch delay; a batcher that ignores it
+            # empties the queue at once (this wait hung the test for its whole timeout then)
+            await _wait_until(lambda: engine.depth >= 2, 10, "the first request's 2 inputs queued")
             r = await client.post("/classify", json={"text": "one more", "model": "topic"})
             assert_error(r, 429, "queue_full")
             assert int(r.headers["retry-after"]) >= 1
