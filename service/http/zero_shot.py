@@ -1,8 +1,9 @@
 """Zero-shot classification over an entailment model: `POST /zero-shot`.
 
-A text and 1-32 candidate labels; each label becomes a hypothesis through a template ("This
-example is {}." by default), and the pairs (premise = the text) run as ONE batched call of a
-served entailment model, the same call `/entailment` makes with `{"inputs": [...]}` of those
+A text and 1-32 candidate labels, or several under `inputs` (answered `results`, in input
+order, as every endpoint's batch form); each label becomes a hypothesis through a template ("This
+example is {}." by default), and the pairs (premise = the text) of every input run as ONE batched
+call of a served entailment model, the same call `/entailment` makes with `{"inputs": [...]}` of those
 pairs (the entailment task's default model unless `model` names one). The scores are a
 function of the /entailment answers alone (tests/service/test_zero_shot.py checks it):
 
@@ -35,15 +36,16 @@ from __future__ import annotations
 
 import re
 from types import SimpleNamespace
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Union
 
 from fastapi import APIRouter, Request, Response
-from pydantic import AfterValidator, BaseModel, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, Discriminator, Field, StrictBool, Tag
 
 from core.tasks import entailment
-from service.errors import EndpointBody, InvalidInput, WrongTask, excerpt, generic_input, register_body
+from service.errors import (EndpointBody, InvalidInput, TooManyInputs, WrongTask, excerpt, generic_input,
+                            register_body)
 from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
-from service.http.schemas import ErrorBody, ModelName, Text, Truncate, _Body
+from service.http.schemas import ErrorBody, ModelName, Text, Truncate, _Body, _form
 
 ENDPOINT = "/zero-shot"
 LABEL = "zero_shot"  # the `endpoint` metric label
@@ -79,10 +81,10 @@ def _distinct(labels: list[str]) -> list[str]:
 Template = Annotated[str, AfterValidator(_valid_template)]
 
 
-class ZeroShotRequest(_Body):
+class ZeroShotInput(_Body):
     """One text and its candidate labels (Hugging Face's zero-shot-classification arguments)."""
 
-    endpoint_fields = ("text", "candidate_labels", "hypothesis_template", "multi_label", "model", "truncate")
+    endpoint_fields = ("text", "candidate_labels", "hypothesis_template", "multi_label", "inputs", "model", "truncate")
     explain: ClassVar[bool] = False  # the explanation of N pairs has no single heat map: ask /entailment
     text: Text = Field(description="the text to label (the premise of every pair)")
     candidate_labels: Annotated[list[Text], AfterValidator(_distinct)] = Field(
@@ -92,14 +94,34 @@ class ZeroShotRequest(_Body):
                                           "replaced by the label")
     multi_label: StrictBool = Field(False, description="false: the scores are a distribution over the labels (one fits); "
                               "true: each label is scored on its own, entailment against contradiction")
+
+
+class ZeroShotRequest(ZeroShotInput):
+    """One input: a text and its candidate labels, with the request's `model` and `truncate`."""
+
     model: ModelName = None
     truncate: Truncate = True
 
 
+class ZeroShotBatchRequest(_Body):
+    """Several inputs, answered `{"results": [...]}` in input order; their pairs run as one
+    batched call and count together against the request's limits."""
+
+    endpoint_fields = ZeroShotInput.endpoint_fields
+    explain: ClassVar[bool] = False
+    inputs: list[ZeroShotInput] = Field(min_length=1)
+    model: ModelName = None
+    truncate: Truncate = True
+
+
+# one input or a batch, told apart by `inputs`, as the task endpoints' bodies (service.http.schemas)
+ZeroShotBody = Annotated[Union[Annotated[ZeroShotRequest, Tag("single")], Annotated[ZeroShotBatchRequest, Tag("batch")]],
+                         Discriminator(_form)]
 # one input: the text and its labels (the template and multi_label have defaults)
 INPUT_FIELDS = ("text", "candidate_labels", "hypothesis_template", "multi_label")
-register_body(ENDPOINT, EndpointBody(generic_input([("text", False), ("candidate_labels", True)]), INPUT_FIELDS,
-                                     ZeroShotRequest.endpoint_fields, batch=False))
+_ONE = generic_input([("text", False), ("candidate_labels", True)])
+register_body(ENDPOINT, EndpointBody(f'{_ONE} or {{"inputs": [{_ONE}, ...]}}', INPUT_FIELDS,
+                                     ZeroShotInput.endpoint_fields, batch=True))
 # the explanation page's example (service.http.ui)
 EXAMPLE = {"text": "Shares in the bank fell sharply after it reported a loss for the quarter.",
            "candidate_labels": ["business", "sport", "politics", "technology"],
@@ -151,56 +173,82 @@ def zero_shot_scores(pair_answers: list[dict], multi_label: bool, entail: str, c
     return [p / total for p in p_entail]
 
 
-def zero_shot_answer(body: ZeroShotRequest, pair_answers: list[dict], model_labels: list[str], model: str) -> dict:
-    """The answer from the pairs' /entailment answers, labels best first (ties: request order)."""
+def zero_shot_answer(one: ZeroShotInput, pair_answers: list[dict], model_labels: list[str], model: str) -> dict:
+    """One input's answer from its pairs' /entailment answers, labels best first (ties: request order)."""
     entail, contra = label_roles(model_labels, model)
-    scores = zero_shot_scores(pair_answers, body.multi_label, entail, contra)
+    scores = zero_shot_scores(pair_answers, one.multi_label, entail, contra)
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return {"sequence": body.text, "labels": [body.candidate_labels[i] for i in order],
-            "scores": [scores[i] for i in order], "multi_label": body.multi_label, "model": model,
+    return {"sequence": one.text, "labels": [one.candidate_labels[i] for i in order],
+            "scores": [scores[i] for i in order], "multi_label": one.multi_label, "model": model,
             "truncated": any(a["truncated"] for a in pair_answers),
             "unknown_token_share": max(a["unknown_token_share"] for a in pair_answers)}
 
 
+class ZeroShotBatchAnswer(BaseModel):
+    results: list[ZeroShotAnswer]
+
+
+def pair_owners(inputs: list[ZeroShotInput]) -> list[tuple[int, int]]:
+    """(input, label) of each pair, in the order the pairs run: every label of input 0, then of input 1, ..."""
+    return [(i, j) for i, one in enumerate(inputs) for j in range(len(one.candidate_labels))]
+
+
 _INPUT_FIELD = re.compile(rf"inputs\[(\d+)\]\.({re.escape(PREMISE)}|{re.escape(HYPOTHESIS)})")
+_PAIR_COUNT = re.compile(r"^(\d+) inputs;")
 
 
-def _in_request_terms(message: str, body: ZeroShotRequest) -> str:
-    """An engine error names the pairs as /entailment would ("inputs[3].hypothesis"): say it
-    in this request's fields ("text", "candidate_labels[3]")."""
-    def field(match: re.Match) -> str:
-        if match.group(2) == PREMISE:
-            return "text"
-        return f"candidate_labels[{match.group(1)}] (its hypothesis)"
-    return _INPUT_FIELD.sub(field, message)
+def _where(owner: tuple[int, int], batch: bool, field: str) -> str:
+    """A pair's text in this request's fields: "text", "candidate_labels[3] (its hypothesis)",
+    with "inputs[i]." in front in the batch form."""
+    i, j = owner
+    named = "text" if field == PREMISE else f"candidate_labels[{j}] (its hypothesis)"
+    return f"inputs[{i}].{named}" if batch else named
+
+
+def _in_request_terms(message: str, owners: list[tuple[int, int]], batch: bool) -> str:
+    """An engine error names the pairs as /entailment would ("inputs[3].hypothesis", "40
+    inputs"): say it in this request's fields."""
+    message = _PAIR_COUNT.sub(r"\1 text-label pairs (each candidate label of each text is one input);", message)
+    return _INPUT_FIELD.sub(lambda m: _where(owners[int(m.group(1))], batch, m.group(2)), message)
 
 
 router = APIRouter()
 
 
-@router.post(ENDPOINT, response_model=ZeroShotAnswer, tags=["inference"], name="zero_shot",
+@router.post(ENDPOINT, response_model=Union[ZeroShotAnswer, ZeroShotBatchAnswer], tags=["inference"], name="zero_shot",
              responses={code: {"model": ErrorBody} for code in (404, 413, 415, 422, 429, 503, 504)})
-async def zero_shot(body: ZeroShotRequest, request: Request) -> Response:
+async def zero_shot(body: ZeroShotBody, request: Request) -> Response:
     """Which of these labels fits the text? Each label is tried as an entailment hypothesis
-    (one batched call of an entailment model); the labels come back best first."""
+    (one batched call of an entailment model, for every input of a batch together); the labels
+    come back best first. One input, or several under `inputs` (answered `results`, in order)."""
     service = _service(request)
     entry = service.resolve(body.model, TASK)
     label_roles(entry.config.labels, entry.name)  # before any work: a model that cannot answer
-    pairs = [SimpleNamespace(**{PREMISE: body.text, HYPOTHESIS: hypothesis(body.hypothesis_template, label)})
-             for label in body.candidate_labels]
+    batch = isinstance(body, ZeroShotBatchRequest)
+    inputs = body.inputs if batch else [body]
+    owners = pair_owners(inputs)
+    pairs = [SimpleNamespace(**{PREMISE: inputs[i].text,
+                                HYPOTHESIS: hypothesis(inputs[i].hypothesis_template, inputs[i].candidate_labels[j])})
+             for i, j in owners]
     try:
         results, headers = await run(service, request.scope.setdefault("state", {}), request.receive, entry, pairs,
                                      LABEL, batch=True)
-    except InvalidInput as exc:
-        raise type(exc)(_in_request_terms(exc.message, body), headers=exc.headers) from None
+    except (InvalidInput, TooManyInputs) as exc:
+        raise type(exc)(_in_request_terms(exc.message, owners, batch), headers=exc.headers) from None
     if not body.truncate:
-        cut = [i for i, r in enumerate(results) if r["truncated"]]
-        if cut:
-            raise InvalidInput(f"candidate_labels[{cut[0]}]: the text or its hypothesis is longer than the model's max "
-                               "length (its max_lengths in /v1/models); send \"truncate\": true to cut it, or a "
-                               "shorter text")
+        cut = next((owners[k] for k, r in enumerate(results) if r["truncated"]), None)
+        if cut is not None:
+            where = f"inputs[{cut[0]}]." if batch else ""
+            raise InvalidInput(f"{where}candidate_labels[{cut[1]}]: the text or its hypothesis is longer than the "
+                               "model's max length (its max_lengths in /v1/models); send \"truncate\": true to cut it, "
+                               "or a shorter text")
     ignored = body.ignored_fields()
     if ignored:
         headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
-    document = zero_shot_answer(body, results, entry.config.labels, entry.name)
+    answers, k = [], 0
+    for one in inputs:
+        n = len(one.candidate_labels)
+        answers.append(zero_shot_answer(one, results[k:k + n], entry.config.labels, entry.name))
+        k += n
+    document = {"results": answers} if batch else answers[0]
     return Response(ANSWER_JSON.dump_json(document), media_type="application/json", headers=headers)

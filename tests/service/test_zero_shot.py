@@ -138,3 +138,50 @@ def test_openapi_and_index_list_it(repository):
     spec, index = asyncio.run(scenario())
     assert "/zero-shot" in spec["paths"] and "ZeroShotRequest" in spec["components"]["schemas"]
     assert "POST /zero-shot" in index["endpoints"]
+
+
+# --- the batch form: {"inputs": [...]}, answered {"results": [...]} in input order ------------------
+
+SECOND = "the bank reported a loss for the quarter ."
+
+
+def test_the_batch_form_answers_each_input_as_its_single_request(repository):
+    """Each result is byte for byte the single request's answer, in input order, with each
+    input's own labels, template and multi_label (the pairs of all inputs run as one call)."""
+    one = {"text": TEXT, "candidate_labels": LABELS, "hypothesis_template": "The topic is {}."}
+    two = {"text": SECOND, "candidate_labels": ["money", "sports"], "multi_label": True}
+    (batch, first, second), _ = post_all(repository, [("/zero-shot", {"inputs": [one, two], "model": "nli"}),
+                                                      ("/zero-shot", {**one, "model": "nli"}),
+                                                      ("/zero-shot", {**two, "model": "nli"})])
+    assert batch.status_code == 200, batch.text
+    assert batch.json() == {"results": [first.json(), second.json()]}
+    assert [r["sequence"] for r in batch.json()["results"]] == [TEXT, SECOND]
+
+
+@pytest.mark.parametrize("body, code, words", [
+    ({"inputs": [{"text": TEXT, "candidate_labels": ["a"]}, {"text": TEXT, "candidate_labels": ["a", "a"]}]},
+     "invalid_input", "inputs[1].candidate_labels: candidate_labels[1] repeats candidate_labels[0]"),
+    ({"inputs": [{"text": TEXT, "candidate_labels": ["a"]}, {"text": TEXT}]}, "invalid_input",
+     "inputs[1].candidate_labels: required field missing"),
+    ({"inputs": [{"text": TEXT, "candidate_labels": ["a"]}], "text": TEXT}, "invalid_input", "not both"),
+    ({"inputs": []}, "invalid_input", "inputs: empty list"),
+    ({"inputs": [{"text": TEXT, "candidate_labels": ["a"]}, {"text": TEXT, "candidate_labels": ["a", "b " * 150]}]},
+     "invalid_input", "inputs[1].candidate_labels[1] (its hypothesis)"),
+    ({"inputs": [{"text": TEXT, "candidate_labels": ["a"]}, {"text": TEXT + " and more" * 20, "candidate_labels": ["a"]}],
+      "truncate": False}, "invalid_input", "inputs[1].candidate_labels[0]: the text or its hypothesis is longer"),
+])
+def test_batch_errors_name_the_input(repository, body, code, words):
+    (answer,), _ = post_all(repository, [("/zero-shot", body)], max_text_chars=256)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == code and words in error["message"], error
+
+
+def test_the_pairs_of_every_input_count_against_max_inputs_per_request(repository):
+    """Two inputs of two labels are four pairs: over a limit of 3, though each input alone fits."""
+    body = {"inputs": [{"text": TEXT, "candidate_labels": ["a", "b"]}, {"text": SECOND, "candidate_labels": ["c", "d"]}]}
+    (over, alone), _ = post_all(repository, [("/zero-shot", body), ("/zero-shot", body["inputs"][0])],
+                                max_inputs_per_request=3)
+    assert alone.status_code == 200, alone.text
+    assert over.status_code == 422 and over.json()["error"]["code"] == "too_many_inputs"
+    assert over.json()["error"]["message"].startswith("4 text-label pairs"), over.json()
