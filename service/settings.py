@@ -149,6 +149,17 @@ class _Settings(BaseSettings):
     otlp_service_name: str = "attserve"
     # share of the traces that start here that are kept; a caller's traceparent decides for its own
     trace_sample_ratio: float = Field(1.0, ge=0, le=1)
+    trace_forced_per_s: float = Field(
+        10.0, ge=0, description="Requests a second whose caller's `traceparent` is sampled that are traced beyond "
+        "the trace sample ratio (a token bucket: no caller makes every request pay for tracing); 0: a caller's "
+        "sampled flag is kept only at the ratio (service.tracing).")
+    otlp_timeout_s: float = Field(
+        2.0, gt=0, description="Seconds an OTLP export may take, retries included, and the most a shutdown "
+        "waits to flush the spans still buffered: a dead or hanging collector delays no SIGTERM past it.")
+    slow_request_ms: float = Field(
+        0.0, ge=0, description="A request to an inference endpoint that takes longer than this (ms, arrival to "
+        "answer) is logged at WARNING with its stage times (queue, inference, the rest), status, model, "
+        "version, cache and trace id; 0: off.")
     # The response cache (service.http.cache): at most this many bytes of answers, least recently used
     # out first; 0: off. Per process (each worker has its own).
     response_cache_bytes: int = Field(0, ge=0)

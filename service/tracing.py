@@ -11,9 +11,20 @@ Off unless ATTSERVE_OTLP_ENDPOINT is set: then `Tracing.from_settings` is None, 
 never imported, and a request pays one `is None` test in the entry point and one context
 variable read when its inputs are queued (service.inference.batcher). On, the spans go to an OTLP/HTTP
 collector through the SDK's BatchSpanProcessor (a background thread exports them; a request
-never waits for the collector), sampled at ATTSERVE_TRACE_SAMPLE_RATIO for traces that start
-here (a caller's traceparent decides for its own: ParentBased). An unsampled request records
-nothing.
+never waits for the collector; each export gives up after ATTSERVE_OTLP_TIMEOUT_S, and so does
+the flush at shutdown, so a dead or hanging collector delays neither a request nor a SIGTERM).
+The start-up log says tracing is on, where to and at what ratio.
+
+Sampling: a request is traced only once its Host and API key passed (service.http.entry
+begins the span after those checks: a refused request costs nothing to trace). A trace that
+starts here is kept at ATTSERVE_TRACE_SAMPLE_RATIO. A caller's traceparent continues its trace;
+its sampled flag is honoured beyond that ratio for at most ATTSERVE_TRACE_FORCED_PER_S requests
+a second (`ForcedSampling`, a token bucket), so no caller can make every request pay for
+tracing; past that a sampled request is kept at the ratio, as a root would be. A caller's
+unsampled flag is followed (nothing recorded). An unsampled request records nothing.
+
+A traced request's answer carries W3C's `traceresponse` header (Trace Context Level 2:
+`00-<trace id>-<span id>-01`), the id to look the trace up with in the trace backend.
 
 No input text goes into any attribute: the spans carry names, sizes and times only.
 
@@ -30,7 +41,9 @@ the spans are made when the request ends (`finish`), with those start and end ti
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -40,7 +53,10 @@ if TYPE_CHECKING:  # the SDK is optional (the `tracing` extra): imported only wh
     from opentelemetry.sdk.trace.export import SpanProcessor
     from opentelemetry.trace import Span, SpanContext
 
+log = logging.getLogger("service.tracing")
+
 TRACES_PATH = "/v1/traces"
+TRACE_RESPONSE_HEADER = b"traceresponse"
 # the request being traced, in the task that serves it; None when tracing is off or the
 # request is not sampled
 _CURRENT: ContextVar["RequestTrace | None"] = ContextVar("attserve_request_trace", default=None)
@@ -71,15 +87,38 @@ def _ms(start_ns: int, end_ns: int) -> float:
     return round((end_ns - start_ns) / 1e6, 3)
 
 
+class ForcedSampling:
+    """A token bucket (written here: a dozen lines, no library needed): `take` is True for at
+    most `per_s` calls a second, with bursts of up to `per_s` (at least one). `clock`: seconds,
+    monotonic (tests pass their own)."""
+
+    def __init__(self, per_s: float, clock: Any = time.monotonic) -> None:
+        self.per_s, self.clock = per_s, clock
+        self.burst = max(per_s, 1.0) if per_s > 0 else 0.0
+        self.tokens, self.stamp = self.burst, clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.per_s)
+        self.stamp = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 class Tracing:
     """The tracer of one app: its own TracerProvider (not the process's global one, so apps
     in one process, such as tests, do not share spans), a sampler and a processor."""
 
-    def __init__(self, provider: "TracerProvider", sample_ratio: float = 1.0) -> None:
+    def __init__(self, provider: "TracerProvider", sample_ratio: float = 1.0, forced_per_s: float = 10.0,
+                 shutdown_timeout_s: float = 2.0) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
+        self.forced = ForcedSampling(forced_per_s)
+        self.shutdown_timeout_s = shutdown_timeout_s
         # the share of root traces kept, drawn here before the SDK is called: an unsampled
         # request then costs one random number, where the SDK's own ratio sampler made a
         # non-recording span (ids, sampler, context) for it (a quarter of the cost of tracing
@@ -91,18 +130,19 @@ class Tracing:
 
     @classmethod
     def with_processor(cls, processor: "SpanProcessor", service_name: str = "attserve",
-                       sample_ratio: float = 1.0) -> "Tracing":
+                       sample_ratio: float = 1.0, forced_per_s: float = 10.0,
+                       shutdown_timeout_s: float = 2.0) -> "Tracing":
         """Tracing into `processor` (tests: the SDK's SimpleSpanProcessor(InMemorySpanExporter()))."""
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-        # a caller's sampled flag decides for its trace (ParentBased); a root is kept or not
-        # by `begin`, at sample_ratio, so the SDK keeps every root it is asked for
+        # `begin` decides which requests are traced (sample_ratio, the forced budget), so the
+        # SDK keeps every span it is asked for (a caller's unsampled flag: `begin` asks none)
         provider = TracerProvider(sampler=ParentBased(ALWAYS_ON),
                                   resource=Resource.create({"service.name": service_name}), shutdown_on_exit=False)
         provider.add_span_processor(processor)
-        return cls(provider, sample_ratio)
+        return cls(provider, sample_ratio, forced_per_s, shutdown_timeout_s)
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Tracing | None":
@@ -117,20 +157,34 @@ class Tracing:
             raise RuntimeError("ATTSERVE_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed: "
                                "pip install 'attserve[tracing]' (opentelemetry-sdk, "
                                f"opentelemetry-exporter-otlp-proto-http): {exc}") from None
-        exporter = OTLPSpanExporter(endpoint=traces_url(settings.otlp_endpoint))
+        url = traces_url(settings.otlp_endpoint)
+        # each export (its retries included) gives up after otlp_timeout_s (the SDK's default: 10 s)
+        exporter = OTLPSpanExporter(endpoint=url, timeout=settings.otlp_timeout_s)
+        log.info("tracing on", extra={"otlp_traces_url": url, "service_name": settings.otlp_service_name,
+                                      "sample_ratio": settings.trace_sample_ratio,
+                                      "forced_per_s": settings.trace_forced_per_s,
+                                      "otlp_timeout_s": settings.otlp_timeout_s})
         return cls.with_processor(BatchSpanProcessor(exporter), settings.otlp_service_name,
-                                  settings.trace_sample_ratio)
+                                  settings.trace_sample_ratio, settings.trace_forced_per_s, settings.otlp_timeout_s)
 
     def begin(self, scope: dict, endpoint: str) -> "RequestTrace | None":
-        """Start the server span of a request (its `traceparent` continued) and make it the
-        task's current trace; None when it is not sampled. `end` it with its token."""
+        """Start the server span of a request that passed the Host and key checks (its
+        `traceparent` continued) and make it the task's current trace; None when it is not
+        sampled (see the module's docstring). `end` it with its token."""
         carrier: dict[str, str] = {}
         for name, value in scope.get("headers", ()):
             if name in (b"traceparent", b"tracestate"):
                 carrier[name.decode("latin-1")] = value.decode("latin-1")
-        if not carrier and self.sample_ratio < 1.0 and random.random() >= self.sample_ratio:
-            return None  # a root trace not kept
         parent = self._propagator.extract(carrier) if carrier else None
+        caller = self._trace.get_current_span(parent).get_span_context() if parent is not None else None
+        if caller is not None and caller.is_valid:
+            if not caller.trace_flags.sampled:
+                return None  # the caller's unsampled trace: nothing recorded
+            kept = self.sample_ratio >= 1.0 or random.random() < self.sample_ratio or self.forced.take()
+        else:  # a root (or a traceparent that does not parse: a new trace)
+            kept = self.sample_ratio >= 1.0 or random.random() < self.sample_ratio
+        if not kept:
+            return None
         method, path = scope.get("method", ""), scope.get("path", "")
         span = self.tracer.start_span(
             f"{method} {path}", context=parent, kind=self._trace.SpanKind.SERVER, start_time=time.time_ns(),
@@ -143,8 +197,15 @@ class Tracing:
         return request
 
     def shutdown(self) -> None:
-        """Export what is still buffered and stop the exporter's thread (at shutdown)."""
-        self.provider.shutdown()
+        """Export what is still buffered and stop the exporter's thread (at shutdown), waiting
+        at most shutdown_timeout_s: the SDK's own shutdown waits up to 30 s for a hanging
+        collector, so it runs in a daemon thread this does not wait past its time for."""
+        stopping = threading.Thread(target=self.provider.shutdown, name="otel-shutdown", daemon=True)
+        stopping.start()
+        stopping.join(self.shutdown_timeout_s)
+        if stopping.is_alive():
+            log.warning("trace export did not finish at shutdown; spans still buffered are dropped",
+                        extra={"otlp_timeout_s": self.shutdown_timeout_s})
 
 
 class RequestTrace:
@@ -169,6 +230,11 @@ class RequestTrace:
     @property
     def context(self) -> "SpanContext":
         return self.span.get_span_context()
+
+    def response_header(self) -> bytes:
+        """The `traceresponse` header's value: this request's trace and span ids, sampled."""
+        context = self.span.get_span_context()
+        return f"00-{context.trace_id:032x}-{context.span_id:016x}-01".encode()
 
     # --- what the stages report --------------------------------------------------------------
 

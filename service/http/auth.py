@@ -42,6 +42,10 @@ def _digest(token: bytes) -> bytes:
 # the model repository API (service.http.repository_api): with control keys set, checked there
 # against them instead
 REPOSITORY_API = "/v2/repository/"
+# scope["state"] key of an authorized request's tenant: the SHA-256 digest of its key (never
+# the key), which the response cache (service.http.cache) keys answers on, so one key's
+# callers are never told what another's sent
+TENANT = "attserve_tenant"
 
 
 class ApiKeyMiddleware:
@@ -52,7 +56,8 @@ class ApiKeyMiddleware:
         self.own_keys_prefix = REPOSITORY_API if settings.control_api_keys else None
 
     def authorized(self, scope: Scope) -> bool | None:
-        """True for a known key, False for another token, None for no bearer token."""
+        """True for a known key, False for another token, None for no bearer token. A known
+        key's digest is the request's tenant (scope["state"][TENANT])."""
         header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
         if header is None:
             return None
@@ -64,6 +69,8 @@ class ApiKeyMiddleware:
         matched = False
         for known in self.digests:  # no early exit: the time does not say which key matched
             matched |= hmac.compare_digest(digest, known)
+        if matched:
+            scope.setdefault("state", {})[TENANT] = digest
         return matched
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -3,7 +3,10 @@ the same request for the same load of the same model, as Triton's response cache
 
 Off unless ATTSERVE_RESPONSE_CACHE_BYTES is set (> 0). Then:
 
-- **The key** is the resolved model's name, version and `load_id` (service.inference.registry: unique
+- **The key** is the caller's tenant (with API keys on: the SHA-256 digest of its key, set by
+  service.http.auth, never the key itself; None without keys), so one key's callers are never
+  answered from, nor told by a hit about, what another key sent; then the resolved model's
+  name, version and `load_id` (service.inference.registry: unique
   to each load of a bundle in this process, so an answer of one load, or of one version, is
   never served by another: a reload, which makes a new load, starts from an empty cache for
   that model), the endpoint, and the request normalized: the validated body's JSON without
@@ -14,9 +17,12 @@ Off unless ATTSERVE_RESPONSE_CACHE_BYTES is set (> 0). Then:
   answer (its X-Attserve-Ignored-Fields header is made per request).
 - **Only 200 answers** are stored: `answer` stores what it returns, and an error raises
   before that.
-- **Bounded in bytes**: each entry costs its key, its answer and ENTRY_OVERHEAD_BYTES; the
-  least recently used entries go first (`attserve_response_cache_evictions_total`); an answer
-  larger than the whole budget is not stored.
+- **Bounded in bytes**, as Python holds them: each entry costs what sys.getsizeof counts of the
+  objects it alone keeps alive (its key tuple, the request's JSON or body bytes, the answer's
+  bytes, its headers dict, its value tuple) and ENTRY_OVERHEAD_BYTES for its place in the
+  OrderedDict; the least recently used entries go first
+  (`attserve_response_cache_evictions_total`); an answer larger than the whole budget is not
+  stored.
 - Answers carry `x-cache: hit` or `x-cache: miss`; the counters are
   `attserve_response_cache_{hits,misses,evictions}_total{model}` and the gauge
   `attserve_response_cache_bytes`.
@@ -25,7 +31,9 @@ A request whose body is byte for byte one answered before (the hot path's, servi
 answered before its body is even validated: the raw bytes are a second key (`raw_hit`), which
 remembers the model and version the body asked for and the load that answered; the model is
 resolved again, and only an answer of the load it resolves to now is served (else the request
-takes the normal path, misses and stores the new load's answer). Same bytes, same validation:
+takes the normal path with that resolved load (state[RESOLVED]: a request draws a canary's
+share once, service.inference.model_control.pick), misses and stores the new load's answer).
+A hit counts as an answer of its version (`attserve_version_requests_total`), as a miss does. Same bytes, same validation:
 nothing is skipped that could change the answer. Both kinds of entry share the LRU and the
 byte budget (a raw entry costs its body bytes and its answer's, though the answer is shared).
 
@@ -35,21 +43,24 @@ Per process: with ATTSERVE_WORKERS each worker has its own cache.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from core.tasks import TASK_OF_LABEL
 from service import tracing
 from service.errors import ServiceError
+from service.http.auth import TENANT
 
 if TYPE_CHECKING:
     from service.metrics import Metrics
     from service.inference.registry import ModelEntry
     from service.settings import Settings
 
-# what an entry costs beyond its key and answer bytes: the OrderedDict's node, the key tuple and
-# the two bytes objects' headers (as sys.getsizeof counts them, rounded up)
-ENTRY_OVERHEAD_BYTES = 256
+# what an entry costs beyond the objects sys.getsizeof counts (`_held`): its slot in the dict's
+# table (which grows to 3x its entries before it is resized) and its node in the OrderedDict's
+# order (measured with tracemalloc: tests/service/test_request_path_hardening.py)
+ENTRY_OVERHEAD_BYTES = 160
 CACHE_HEADER = "x-cache"
 # request fields that are not part of the key: the model as named (the key has it as resolved)
 NOT_KEYED = {"model", "version"}
@@ -58,6 +69,9 @@ TIMING_HEADERS = frozenset({"x-queue-time", "x-inference-time", CACHE_HEADER})
 PER_REQUEST_HEADERS = TIMING_HEADERS | {"x-attserve-ignored-fields"}
 # the first item of a raw body's key (normalized keys start with the model's name, a string)
 RAW = None
+# scope["state"] key of the load `raw_hit` resolved and did not serve: the request runs on it
+# (routes.answer) instead of drawing the model's version again
+RESOLVED = "attserve_resolved"
 # routes.IGNORED_FIELDS_HEADER (not imported: routes imports this module)
 IGNORED_HEADER = "X-Attserve-Ignored-Fields"
 IGNORED_HEADER_LOWER = IGNORED_HEADER.lower()
@@ -68,7 +82,7 @@ class ResponseCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         # normalized key -> (answer, its headers but the timings and the ignored fields, which are
-        # per request, its cost); raw key (RAW, endpoint, body bytes) -> (the same three,
+        # per request, its cost); raw key (RAW, endpoint, body bytes, tenant) -> (the same three,
         # (name, version, load_id) of the load that answered, (model, version) asked for, the
         # ignored-fields header: the same bytes ignore the same fields)
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
@@ -86,10 +100,11 @@ class ResponseCache:
         return sum(1 for key in self._entries if key[0] is not RAW)
 
     @staticmethod
-    def key(entry: "ModelEntry", endpoint: str, body: Any) -> tuple:
-        """The key of `body` (a validated request body) answered by `entry` at `endpoint`."""
+    def key(entry: "ModelEntry", endpoint: str, body: Any, tenant: bytes | None = None) -> tuple:
+        """The key of `body` (a validated request body) answered by `entry` at `endpoint` to
+        `tenant` (service.http.auth.TENANT of the request's state; None without API keys)."""
         return (entry.name, ResponseCache.version_of(entry), entry.load_id, endpoint,
-                body.model_dump_json(exclude=NOT_KEYED))
+                body.model_dump_json(exclude=NOT_KEYED), tenant)
 
     def get(self, key: tuple) -> tuple[bytes, dict[str, str]] | None:
         """The answer stored under `key` and its headers (now the most recently used), None on
@@ -112,7 +127,7 @@ class ResponseCache:
         """The answer and headers of a body byte for byte one answered before, when the model it
         asks for resolves to the same load now; None otherwise (the caller takes the normal
         path, which counts the miss). `service`: the registry's Service; `state`: the request's."""
-        key = (RAW, endpoint, raw)
+        key = (RAW, endpoint, raw, state.get(TENANT))
         stored = self._entries.get(key)
         if stored is None or service.draining:
             return None
@@ -123,10 +138,13 @@ class ResponseCache:
         except ServiceError:
             return None  # the normal path answers the error
         if (entry.name, self.version_of(entry), entry.load_id) != identity:
-            return None  # another load answers now: the normal path misses and stores its answer
+            # another load answers now (or a canary's share drew another version): the normal
+            # path runs on it, misses and stores its answer
+            state[RESOLVED] = entry
+            return None
         self._entries.move_to_end(key)
         self._count(self._metrics.response_cache_hits, entry.name)
-        state["attserve_model"] = entry.name
+        state["attserve_model"], state["attserve_model_version"] = entry.name, entry.version
         trace = tracing.current()
         if trace is not None:
             trace.resolved(entry)
@@ -141,10 +159,11 @@ class ResponseCache:
         return getattr(entry, "version", None) or (entry.config.version if entry.config else "")
 
     @staticmethod
-    def cost(key: tuple, content: bytes) -> int:
-        """What an entry counts against the budget: its key's strings and bytes, its answer and
-        ENTRY_OVERHEAD_BYTES."""
-        return sum(len(part) for part in key if isinstance(part, (str, bytes))) + len(content) + ENTRY_OVERHEAD_BYTES
+    def cost(key: tuple, content: bytes, headers: dict[str, str] | None = None) -> int:
+        """What a normalized entry counts against the budget (`put`'s figure): the objects it
+        alone keeps alive, as sys.getsizeof counts them, and ENTRY_OVERHEAD_BYTES. Its model
+        name, version and endpoint are the registry's own strings, not counted."""
+        return _held(key, key[4], key[5], content, headers or {}, (None, None, None)) + ENTRY_OVERHEAD_BYTES
 
     def put(self, key: tuple, content: bytes, headers: dict[str, str], raw: bytes | None = None,
             requested: tuple[str | None, str | None] = (None, None)) -> None:
@@ -160,11 +179,15 @@ class ResponseCache:
                 stable[name] = value
             elif lowered == IGNORED_HEADER_LOWER:
                 ignored = value
-        # the cost of `cost`, written out for the two key shapes (a miss pays it)
-        answer_cost = len(content) + ENTRY_OVERHEAD_BYTES + len(key[3])
-        self._put(key, (content, stable, answer_cost + len(key[0]) + len(key[1]) + len(key[4])))
+        # the answer and its headers are shared by the two entries, and counted in each: either
+        # may outlive the other
+        answer_cost = _held(content, stable) + ENTRY_OVERHEAD_BYTES
+        self._put(key, (content, stable, answer_cost + _held(key, key[4], key[5], (None, None, None))))
         if raw is not None:
-            self._put((RAW, key[3], raw), (content, stable, answer_cost + len(raw), key[:3], requested, ignored))
+            raw_key, identity = (RAW, key[3], raw, key[5]), key[:3]
+            value = (content, stable, 0, identity, requested, ignored)
+            cost = answer_cost + _held(raw_key, raw, value, identity, requested, ignored)
+            self._put(raw_key, (*value[:2], cost, *value[3:]))
         self._size.set(self.bytes)
 
     def _put(self, key: tuple, value: tuple) -> None:
@@ -181,3 +204,9 @@ class ResponseCache:
                         evicted_key[0] if evicted_key[0] is not RAW else evicted[3][0])
         self._entries[key] = value
         self.bytes += cost
+
+
+def _held(*objects: Any) -> int:
+    """What sys.getsizeof counts of `objects` (None, small ints and interned strings are shared:
+    their few bytes are counted anyway)."""
+    return sum(map(sys.getsizeof, objects))

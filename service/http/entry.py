@@ -23,6 +23,7 @@ place that always answered it. FastAPI keeps the routes for the OpenAPI schema a
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from typing import Any
@@ -37,7 +38,9 @@ from service.inference.registry import Service
 from service.http import tokenize as tokenize_endpoint
 from service.http import zero_shot
 from service.http.routes import TASK_BODIES, answer
+from service.tracing import TRACE_RESPONSE_HEADER
 
+log = logging.getLogger("service.http.entry")
 JSON = b"application/json"
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 # a body over this is parsed and validated in a thread (a 1 MiB body: tens of milliseconds)
@@ -206,10 +209,12 @@ class ServiceEntry:
         self.tasks = {path: _Task(label, body_type) for path, (label, body_type) in TASK_BODIES.items()}
         self.hosts = HostAllowListMiddleware(app, settings) if settings.allowed_hosts else None
         self.keys = ApiKeyMiddleware(app, settings) if settings.api_keys else None
+        self.slow_request_s = settings.slow_request_ms / 1000.0  # 0: off
 
-    def _plain(self, scope: Scope) -> bool:
-        """Nothing to refuse before the body: JSON, and the Host and the key (if checked) pass."""
-        return (is_json(scope) and (self.hosts is None or self.hosts.allowed(scope))
+    def _passes(self, scope: Scope) -> bool:
+        """The Host and the key (if checked) pass: the request may be traced and, sent as JSON to
+        a task endpoint, take the hot path; else the full stack refuses it."""
+        return ((self.hosts is None or self.hosts.allowed(scope))
                 and (self.keys is None or self.keys.authorized(scope) is True))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -228,9 +233,12 @@ class ServiceEntry:
         state.setdefault("attserve_arrival", asyncio.get_running_loop().time())
         status: int | None = None
         disconnected = False
-        # the request's server span, the task's current trace until it ends (None: off or unsampled)
+        sent_headers: list | None = None
+        passes = self._passes(scope)
+        # the request's server span, the task's current trace until it ends (None: off, unsampled,
+        # or refused by the Host or key check, which costs no span)
         tracing = self.service.tracing  # service.tracing.Tracing; None unless ATTSERVE_OTLP_ENDPOINT is set
-        trace = tracing.begin(scope, endpoint) if tracing is not None else None
+        trace = tracing.begin(scope, endpoint) if tracing is not None and passes else None
 
         async def receive_watched() -> Message:
             nonlocal disconnected
@@ -240,17 +248,19 @@ class ServiceEntry:
             return message
 
         async def send_timed(message: Message) -> None:
-            nonlocal status
+            nonlocal status, sent_headers
             if message["type"] == "http.response.start":
                 status = message["status"]
-                headers = list(message.get("headers", []))
+                headers = sent_headers = list(message.get("headers", []))
                 headers.append((b"x-total-time", f"{(time.perf_counter() - start) * 1000:.3f}".encode()))
+                if trace is not None:
+                    headers.append((TRACE_RESPONSE_HEADER, trace.response_header()))
                 message = {**message, "headers": headers}
             await send(message)
 
         try:
             task = self.tasks.get(path)
-            if task is not None and scope["method"] == "POST" and self._plain(scope):
+            if task is not None and scope["method"] == "POST" and passes and is_json(scope):
                 await self._hot(task, scope, receive_watched, send_timed)
             else:
                 await self.app(scope, receive_watched, send_timed)
@@ -266,6 +276,8 @@ class ServiceEntry:
             if version is not None:
                 self.metrics.series(self.metrics.version_requests, endpoint, model, version, str(status)).inc()
                 self.metrics.series(self.metrics.version_request_duration, model, version).observe(elapsed)
+            if self.slow_request_s and elapsed >= self.slow_request_s:
+                log_slow(scope, endpoint, status, model, version, elapsed, sent_headers, trace)
             if trace is not None:
                 trace.end(status, model)
 
@@ -300,6 +312,24 @@ class ServiceEntry:
             await response(scope, receive, send)
             return
         await send_json(send, content, headers)
+
+
+def log_slow(scope: Scope, endpoint: str, status: int, model: str, version: str | None, elapsed_s: float,
+             headers: list | None, trace: Any) -> None:
+    """One WARNING line for a request over ATTSERVE_SLOW_REQUEST_MS: where its time went (its
+    queue wait and inference, as its x-queue-time and x-inference-time headers say; `other_ms`
+    the rest: body read, parse, render, waits on the event loop) and its trace id when traced."""
+    sent = {name: value.decode("latin-1") for name, value in headers or ()}
+    queue_ms, inference_ms = float(sent.get(b"x-queue-time", 0)), float(sent.get(b"x-inference-time", 0))
+    total_ms = elapsed_s * 1000
+    arrival = scope.get("state", {}).get("attserve_arrival")
+    log.warning("slow request", extra={
+        "endpoint": endpoint, "path": scope["path"], "status": status, "model": model, "version": version,
+        "total_ms": round(total_ms, 3), "queue_ms": queue_ms, "inference_ms": inference_ms,
+        "other_ms": round(max(0.0, total_ms - queue_ms - inference_ms), 3),
+        "since_first_byte_ms": round((asyncio.get_running_loop().time() - arrival) * 1000, 3) if arrival else None,
+        "cache": sent.get(b"x-cache"),
+        "trace_id": f"{trace.context.trace_id:032x}" if trace is not None else None})
 
 
 async def send_json(send: Send, content: bytes, headers: dict[str, str]) -> None:

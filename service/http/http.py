@@ -26,7 +26,12 @@ header size. So this is a subclass of uvicorn's own httptools protocol, written 
 - for a request line in absolute form (`POST http://host/path`), puts its authority in the Host
   header (RFC 9112 3.2.2: the request line's authority wins over Host), so the Host allow-list
   and anything else that reads Host see the host the request names; an authority with user
-  information is 400;
+  information is 400; so is a request with more than one Host header (RFC 9112 3.2: which one
+  counts would be a guess, and the allow-list could read another than the app);
+- ignores an upgrade it does not make (`Upgrade: h2c`, which `curl --http2` sends on its first
+  request): the request is answered in HTTP/1.1 with its body, which httptools would otherwise
+  drop as the new protocol's bytes (the body is read here, by its Content-Length; a chunked
+  body with an upgrade is 400); a client-sent header is logged at DEBUG, not WARNING;
 - answers a request that arrived whole before a bad pipelined follower (a broken request line,
   headers over the limit, a body longer than its Content-Length) before the follower's error:
   the error is written once the answers in progress are, then the connection closes.
@@ -107,6 +112,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, guard.write_timeout_ms)
         self._rejected = False
         self._deferred_error: bytes | None = None  # written once the answers in progress are
+        # bytes still to come of the body of a request whose upgrade is ignored (`_upgrade_body`)
+        self._upgrade_body_left = 0
         self._header_timer = None
         self._arrival: float | None = None
         if len(self.connections) > guard.max_connections and not self._make_room():
@@ -182,6 +189,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._rejected:
             return
+        if self._upgrade_body_left:
+            data = self._upgrade_body(data)
+            if not data:
+                return
         waiting = self in self.guard.waiting
         if waiting:
             self._header_bytes += len(data)
@@ -191,11 +202,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
+        except httptools.HttpParserUpgrade as upgrade:
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+            elif self._upgrade_body_left:  # what follows the headers is the body, then maybe a next request
+                rest = self._upgrade_body(data[upgrade.args[0]:])
+                if rest:
+                    self.data_received(rest)
             return
         except httptools.HttpParserError:
             if not self._rejected:
@@ -211,6 +224,39 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.guard.stats["headers_too_large"] += 1
         self._reject(431, "Request Header Fields Too Large", "headers_too_large",
                      f"request line and headers over {self.guard.max_header_bytes} bytes {set_by('max_header_bytes')}")
+
+    def _unsupported_upgrade_warning(self) -> None:
+        # uvicorn logs two WARNING lines per request that asks for an upgrade it does not make:
+        # a line any client could make the server write for every request
+        self.logger.debug("upgrade not made; the request is answered in HTTP/1.1")
+
+    def on_message_complete(self) -> None:
+        if self.parser.should_upgrade() and not self._should_upgrade() and not self._rejected:
+            # httptools skips the body of a request that asks for an upgrade: read it here
+            length, chunked = 0, False
+            for name, value in self.headers:
+                if name == b"content-length" and value.strip().isdigit():
+                    length = int(value)
+                elif name == b"transfer-encoding":
+                    chunked = True
+            if chunked:
+                self._reject(400, "Bad Request", "bad_request", "a request that asks for an upgrade (Upgrade header) "
+                             "must send its body with a Content-Length, not chunked; or send it without Upgrade")
+                return
+            if length:
+                self._upgrade_body_left = length
+                return
+        super().on_message_complete()
+
+    def _upgrade_body(self, data: bytes) -> bytes:
+        """Hand the app the body bytes of `data` of a request whose upgrade is ignored; the
+        request is complete once all have come. Returns what follows the body."""
+        body, rest = data[:self._upgrade_body_left], data[self._upgrade_body_left:]
+        self._upgrade_body_left -= len(body)
+        self.on_body(body)
+        if not self._upgrade_body_left:
+            super().on_message_complete()
+        return rest
 
     def send_400_response(self, msg: str) -> None:
         if self._rejected:  # our own _Rejected, surfacing as a parser error
@@ -229,6 +275,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
         if size > self.guard.max_header_bytes:
             self._too_large()
+            raise _Rejected
+        if sum(name == b"host" for name, _ in self.headers) > 1:
+            self._reject(400, "Bad Request", "bad_request", "more than one Host header: send one (RFC 9112 3.2)")
             raise _Rejected
         if self.url[:1] != b"/" and b"://" in self.url[:9]:
             self._use_request_line_authority()

@@ -26,7 +26,8 @@ from starlette.types import Receive
 from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service import tracing
 from service.http.answer_size import explanation_floor
-from service.http.cache import CACHE_HEADER
+from service.http.auth import TENANT
+from service.http.cache import CACHE_HEADER, RESOLVED
 from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, set_by
 from service.metrics import render as render_metrics
 from service.inference.registry import ModelEntry, Service
@@ -87,13 +88,15 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
     task = TASK_OF_LABEL[endpoint].name
-    entry = service.resolve(body.model, task, body.version)
+    # the load the response cache's raw lookup resolved for these very bytes, if it did: a
+    # request draws a canary's share once (service.inference.model_control.pick)
+    entry = state.pop(RESOLVED, None) or service.resolve(body.model, task, body.version)
     trace = tracing.current()
     if trace is not None:
         trace.resolved(entry)
     cache, key = service.response_cache, None  # service.http.cache; None when off
     if cache is not None:
-        key = cache.key(entry, endpoint, body)
+        key = cache.key(entry, endpoint, body, state.get(TENANT))
         hit = cache.get(key)
         if hit is not None:
             state["attserve_model"], state["attserve_model_version"] = entry.name, entry.version

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from service.errors import ServiceError, excerpt
 from service.inference.registry import BundleOnDisk, ModelEntry, Service, bundles_on_disk, public_message, version_order
 from service.worker_group import WorkerGroup
@@ -56,10 +57,11 @@ class LoadFailed(ServiceError):
 
 
 def inside(path: Path, roots: list[Path]) -> bool:
-    """`path` (links resolved) lies inside one of `roots`: a bundle linked in from elsewhere
-    is never loaded by name."""
-    real = path.resolve()
-    return any(real.is_relative_to(root.resolve()) for root in roots)
+    """The bundle folder `path` and its files (links resolved) lie inside one of `roots`: a
+    bundle, or one of its files, linked in from elsewhere is never loaded by name."""
+    real_roots = [root.resolve() for root in roots]
+    return all(any(p.resolve().is_relative_to(root) for root in real_roots)
+               for p in (path, *(path / file for file in (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE))))
 
 
 class ModelControl:
@@ -75,6 +77,8 @@ class ModelControl:
         self._rejected: dict[tuple[str, str], tuple] = {}
         # versions on disk that failed to load and serve nowhere: (name, version) -> why
         self._unavailable: dict[tuple[str, str], str] = {}
+        # models on disk that ATTSERVE_MODELS leaves out, logged once by the poll (never loaded)
+        self._not_allowed: set[str] = set()
         # draining old loads (kept so they are not collected mid-drain)
         self._retiring: set[asyncio.Task] = set()
         self.canary: dict[str, tuple[str, float]] = dict(self.settings.canary)
@@ -86,26 +90,27 @@ class ModelControl:
 
     def on_disk(self, name: str | None = None) -> list[BundleOnDisk]:
         """The bundles of every repository folder (of model `name` only, when given)."""
-        out = []
-        for repo in self.service.repositories:
-            if repo.is_dir():
-                out += [b for b in bundles_on_disk(repo) if name is None or b.name == name]
-        return out
+        return [b for b in bundles_on_disk(self.service.repositories) if name is None or b.name == name]
 
     def index(self) -> list[dict[str, str]]:
         """The repository index (Triton's): every version of every model on disk or served, with
         its state (READY, LOADING, UNAVAILABLE) and the reason when it is not ready or its last
         reload failed; a bundle on disk that is not loaded is UNAVAILABLE, "unloaded"."""
         rows: dict[tuple[str, str], dict[str, str]] = {}
+        refusals: dict[tuple[str, str], str] = {}  # why a version on disk may not be (re)loaded
         for bundle in self.on_disk():
-            reason = public_message(bundle.error, self.service.repositories) if bundle.error else \
+            refusal = self._refusal(bundle.name, bundle)
+            if refusal:
+                refusals[(bundle.name, bundle.version)] = public_message(refusal, self.service.repositories)
+            reason = refusals.get((bundle.name, bundle.version)) or \
                 self._unavailable.get((bundle.name, bundle.version), "unloaded")
             rows[(bundle.name, bundle.version)] = {"name": bundle.name, "version": bundle.version,
                                                    "state": "UNAVAILABLE", "reason": reason}
         for name in self.service.versions:
             for row in self.service.version_index(name):
+                reason = row["reason"] or refusals.get((name, row["version"]), "")
                 rows[(name, row["version"])] = {"name": name, "version": row["version"], "state": row["state"],
-                                                "reason": row["reason"]}
+                                                "reason": reason}
         return [rows[k] for k in sorted(rows, key=lambda k: (k[0], version_order(k[1])))]
 
     # --- changes ------------------------------------------------------------------------------
@@ -176,7 +181,7 @@ class ModelControl:
             bundles = self.on_disk(name)
             if not bundles:
                 raise ModelNotInRepository(f"no bundle of model {name!r} in the repository "
-                                           f"({', '.join(str(r) for r in self.service.repositories)})")
+                                           f"({', '.join(r.resolve().name for r in self.service.repositories)}; ATTSERVE_MODEL_REPOSITORY)")
             failures = await self._sync(name, bundles, retry=True)
             if failures:
                 raise LoadFailed(f"model {name!r}: " + "; ".join(failures))
@@ -186,20 +191,25 @@ class ModelControl:
         could not be loaded (each leaves what served before serving)."""
         served = self.service.versions.get(name, {})
         failures = []
-        for bundle in sorted(bundles, key=lambda b: version_order(b.version)):
+        versions_seen: set[str] = set()
+        for bundle in sorted(bundles, key=lambda b: (version_order(b.version), str(b.path))):
+            if bundle.version in versions_seen:
+                continue  # a second folder of this version: refused with the first (refuse_layouts)
+            versions_seen.add(bundle.version)
             current = served.get(bundle.version)
-            if current is not None and current.fingerprint == bundle.fingerprint and current.path == bundle.path \
-                    and (current.status == "ready" or not retry):
+            error = self._refusal(name, bundle)
+            if error is None and current is not None and current.fingerprint == bundle.fingerprint \
+                    and current.path == bundle.path and (current.status == "ready" or not retry):
+                current.reason = None  # what serves is what is on disk: an earlier refusal no longer holds
+                self._rejected.pop((name, bundle.version), None)
                 continue  # unchanged (or, polled, failed already with these very files)
             if not retry and self._rejected.get((name, bundle.version)) == bundle.fingerprint:
                 continue
-            error = self._refusal(name, bundle)
             entry = None
             if error is None:
                 entry = ModelEntry(name, bundle.path, bundle.config, version=bundle.version,
                                    fingerprint=bundle.fingerprint)
-                threads = current.runtime.threads if current is not None and current.runtime is not None else None
-                error = await self.service.load_entry(entry, threads)
+                error = await self.service.load_entry(entry)
             if error is not None:
                 failures.append(f"version {bundle.version}: {public_message(error, self.service.repositories)}")
                 self._failed(name, bundle, current, error)
@@ -224,10 +234,13 @@ class ModelControl:
 
     def _refusal(self, name: str, bundle: BundleOnDisk) -> str | None:
         """Why `bundle` may not be loaded as a version of `name`, before any work on it."""
-        if bundle.config is None:
-            return bundle.error or "unreadable config.json"
+        allowed = self.settings.models
+        if allowed and name not in allowed:
+            return f"{name!r} is not in the allow-list ATTSERVE_MODELS ({', '.join(allowed)}): not loaded"
         if not inside(bundle.path, self.service.repositories):
-            return f"{bundle.path} lies outside the model repository (a link): not loaded"
+            return f"{bundle.path} lies outside the model repository (a link, of the folder or a file): not loaded"
+        if bundle.error is not None:
+            return bundle.error
         tasks = {e.task for e in self.service.versions.get(name, {}).values() if e.task and e.version != bundle.version}
         if tasks and bundle.config.task not in tasks:
             return (f"{bundle.path}: this bundle does {bundle.config.task}, the model {name!r} serves "
@@ -274,6 +287,12 @@ class ModelControl:
             for bundle in await asyncio.to_thread(self.on_disk):
                 by_name.setdefault(bundle.name, []).append(bundle)
             for name, bundles in by_name.items():
+                if self.settings.models and name not in self.settings.models:
+                    if name not in self._not_allowed:
+                        self._not_allowed.add(name)
+                        log.warning("model in the repository not loaded: not in ATTSERVE_MODELS",
+                                    extra={"model": name, "allowed": self.settings.models})
+                    continue
                 await self._sync(name, bundles, retry=False)
             for name in [n for n in self.service.versions if n not in by_name]:
                 for entry in self.service.versions.pop(name).values():

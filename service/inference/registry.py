@@ -19,6 +19,8 @@ their endpoints, and /health/ready stays 503. A task with no model is 404 `no_mo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import gc
 import itertools
 import logging
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from core.bundle import CONFIG_FILE, BundleConfig, BundleError, read_config
+from core.bundle import CONFIG_FILE, MAX_CONFIG_BYTES, BundleConfig, BundleError, read_config
 from core.tasks import TASKS
 from service.inference.engine import Engine, warm_up
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, excerpt
@@ -74,23 +76,51 @@ def version_order(version: str) -> tuple:
 
 
 def fingerprint(path: Path) -> tuple:
-    """What says a bundle's files changed: each file's name, size and modification time."""
+    """What says a bundle's files changed: each file's name, size, modification time and inode
+    (a file replaced by a rename within the same clock tick is a new inode)."""
     try:
-        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+        return tuple(sorted((f.name, s.st_size, s.st_mtime_ns, s.st_ino)
+                            for f in path.iterdir() if f.is_file() for s in [f.stat()]))
     except OSError:
         return ()
+
+
+# A version folder's name: it becomes a version label in URLs and response headers.
+VERSION_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_of(path: Path, signature: tuple) -> tuple[BundleConfig | None, str | None]:
+    try:
+        return read_config(path), None
+    except BundleError as exc:
+        return None, str(exc)
+
+
+def config_on_disk(path: Path) -> tuple[BundleConfig | None, str | None]:
+    """The config.json at `path`, or why it cannot be read. Parsed again only when the file
+    changed (its inode, size or modification time): the repository index reads every bundle's
+    config on the event loop at each call; one over MAX_CONFIG_BYTES is refused unread."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        return None, f"{path}: not readable ({exc.strerror or type(exc).__name__})"
+    if stat.st_size > MAX_CONFIG_BYTES:
+        return None, f"{path}: {stat.st_size} bytes, over the {MAX_CONFIG_BYTES} a bundle config may hold"
+    return _config_of(path, (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
 
 
 @dataclass(frozen=True)
 class BundleOnDisk:
     """One version of a model as the repository holds it: a directory with a config.json
-    (`<repository>/<dir>/config.json`, its version the config's `version`) or a numbered
-    sub-directory (`<repository>/<dir>/<N>/config.json`, version "N", as Triton lays them out)."""
+    (`<repository>/<dir>/config.json`, its version the config's `version`) or a version folder
+    (`<repository>/<dir>/<version>/config.json`, the folder's name its version: Triton's `1`,
+    `2`, ..., or a label such as a flat bundle's own version)."""
 
     path: Path
-    folder_version: str | None  # the sub-directory's number; None for a bundle at the top
+    folder_version: str | None  # the version folder's name; None for a bundle at the top
     config: BundleConfig | None
-    error: str | None  # its config.json could not be read
+    error: str | None  # why it may not be loaded: its config.json is unreadable, or the layout is refused
     fingerprint: tuple
 
     @property
@@ -105,23 +135,56 @@ class BundleOnDisk:
         return (self.config.version if self.config is not None else "") or "1"
 
 
-def bundles_on_disk(repository: Path) -> list[BundleOnDisk]:
-    """Every bundle of one repository: each non-hidden sub-directory with a config.json, or
-    with numbered sub-directories that have one (export stages its work in hidden directories)."""
+def bundles_on_disk(repositories: list[Path]) -> list[BundleOnDisk]:
+    """Every bundle of the `repositories` that exist. In each, every non-hidden sub-directory is
+    a model's folder: a bundle itself when it holds a config.json, and its non-hidden
+    sub-directories that hold one are version folders (export stages its work in hidden
+    directories). What `refuse_layouts` refuses carries its reason in `error`."""
     out = []
-    for top in sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if (top / CONFIG_FILE).is_file():
-            places = [(top, None)]
-        else:
-            numbered = [p for p in top.iterdir() if p.is_dir() and p.name.isdigit() and (p / CONFIG_FILE).is_file()]
-            places = [(p, p.name) for p in sorted(numbered, key=lambda p: int(p.name))]
-        for path, folder_version in places:
-            try:
-                config, error = read_config(path / CONFIG_FILE), None
-            except BundleError as exc:
-                config, error = None, str(exc)
-            out.append(BundleOnDisk(path, folder_version, config, error, fingerprint(path)))
-    return out
+    for repository in (r for r in repositories if r.is_dir()):
+        for top in sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            places = [(top, None)] if (top / CONFIG_FILE).is_file() else []
+            places += [(p, p.name) for p in sorted(top.iterdir(), key=lambda p: version_order(p.name))
+                       if p.is_dir() and not p.name.startswith(".") and (p / CONFIG_FILE).is_file()]
+            for path, folder_version in places:
+                config, error = config_on_disk(path / CONFIG_FILE)
+                out.append(BundleOnDisk(path, folder_version, config, error, fingerprint(path)))
+    return refuse_layouts(out)
+
+
+def refuse_layouts(bundles: list[BundleOnDisk]) -> list[BundleOnDisk]:
+    """`bundles`, each that may not be loaded because of where it lies with the reason in its
+    `error`: a bundle at the top of a model's folder beside version folders (which versions
+    would the model have?), a version folder whose name cannot be a version label, and one
+    model name and version in several folders (which one would serve?)."""
+    reasons: dict[Path, str] = {}
+    by_folder: dict[Path, list[BundleOnDisk]] = {}
+    for b in bundles:
+        by_folder.setdefault(b.path if b.folder_version is None else b.path.parent, []).append(b)
+    for folder, group in by_folder.items():
+        flat = next((b for b in group if b.folder_version is None), None)
+        versions = [b.folder_version for b in group if b.folder_version is not None]
+        if flat is not None and versions:
+            label = flat.config.version if flat.config is not None and VERSION_FOLDER.fullmatch(flat.config.version) \
+                else "<its version>"
+            reason = (f"{folder}: a bundle (config.json) beside version folders ({', '.join(versions)}): move its "
+                      f"files into {folder / label}/ (its version keeps its name) or the version folders out")
+            reasons.update({b.path: reason for b in group})
+    for b in bundles:
+        if b.folder_version is not None and not VERSION_FOLDER.fullmatch(b.folder_version):
+            reasons.setdefault(b.path, f"{b.path}: the folder's name is no version label (at most 64 of A-Z a-z "
+                                       "0-9 . _ -, a letter or digit first)")
+    by_version: dict[tuple[str, str], list[BundleOnDisk]] = {}
+    for b in bundles:
+        if b.config is not None:
+            by_version.setdefault((b.name, b.version), []).append(b)
+    for (name, version), group in by_version.items():
+        if len(group) > 1:
+            reason = (f"model {name!r} version {version!r} is in {len(group)} folders "
+                      f"({', '.join(str(b.path) for b in group)}): one folder per version; remove or rename the others")
+            for b in group:
+                reasons.setdefault(b.path, reason)
+    return [dataclasses.replace(b, error=reasons[b.path]) if b.path in reasons else b for b in bundles]
 
 
 @dataclass
@@ -195,8 +258,8 @@ class Service:
 
         Raises StartupError when a repository is missing or holds no bundle, when an
         allow-listed model does not exist (the message lists those that do), or, unless
-        `allow_partial_start`, when a bundle's config.json is invalid or its name and version
-        taken."""
+        `allow_partial_start`, when a bundle's config.json is invalid or its layout refused (one
+        name and version in two folders, a bundle beside version folders: `refuse_layouts`)."""
         self.discovered = True
         problems: list[str] = []
         allow = set(self.settings.models) if self.settings.models else None
@@ -205,28 +268,24 @@ class Service:
             if not repo.is_dir():
                 log.error("model repository not found", extra={"path": str(repo)})
                 problems.append(f"model repository {repo} is not a directory")
+        for bundle in bundles_on_disk(self.repositories):
+            found.append(bundle.name)
+            if allow is not None and bundle.name not in allow:
                 continue
-            for bundle in bundles_on_disk(repo):
-                found.append(bundle.name)
-                if allow is not None and bundle.name not in allow:
-                    continue
-                entry = ModelEntry(bundle.name, bundle.path, bundle.config, version=bundle.version,
-                                   fingerprint=bundle.fingerprint)
-                if bundle.config is None:
-                    self._fail(entry, bundle.error or "unreadable config.json")
-                    continue
-                taken = self.versions.get(bundle.name, {})
-                if bundle.version in taken:
-                    entry.name = f"{bundle.name}@{bundle.path.parent.name}/{bundle.path.name}"
-                    self._fail(entry, f"{bundle.path / CONFIG_FILE}: model name {bundle.name!r} version "
-                                      f"{bundle.version!r} already used by {taken[bundle.version].path}")
-                    continue
-                other_task = next((e.task for e in taken.values() if e.task not in (None, bundle.config.task)), None)
-                if other_task is not None:
-                    self._fail(entry, f"{bundle.path / CONFIG_FILE}: model {bundle.name!r} does {other_task} in its "
-                                      f"other versions, this one {bundle.config.task}")
-                    continue
-                self.versions.setdefault(bundle.name, {})[bundle.version] = entry
+            entry = ModelEntry(bundle.name, bundle.path, bundle.config, version=bundle.version,
+                               fingerprint=bundle.fingerprint)
+            taken = self.versions.get(bundle.name, {})
+            if bundle.version in taken:  # a second folder of one name and version (refused): listed apart
+                entry.name = f"{bundle.name}@{bundle.path.parent.name}/{bundle.path.name}"
+            if bundle.error is not None:
+                self._fail(entry, bundle.error)
+                continue
+            other_task = next((e.task for e in taken.values() if e.task not in (None, bundle.config.task)), None)
+            if other_task is not None:
+                self._fail(entry, f"{bundle.path / CONFIG_FILE}: model {bundle.name!r} does {other_task} in its "
+                                  f"other versions, this one {bundle.config.task}")
+                continue
+            self.versions.setdefault(bundle.name, {})[bundle.version] = entry
         self.publish()
         where = ", ".join(str(r) for r in self.repositories)
         missing = sorted((allow or set()) - set(self.models))
@@ -292,9 +351,8 @@ class Service:
 
     async def load_all(self) -> None:
         pending = [e for e in self.all_entries() if e.status == "loading"]
-        threads = self.settings.threads_per_model(len(pending))
         for entry in pending:
-            error = await self.load_entry(entry, threads)
+            error = await self.load_entry(entry)
             if error is not None:
                 self._fail(entry, error)
             self.publish()  # each model serves as soon as it is warm
@@ -315,15 +373,24 @@ class Service:
                  extra={"models": {n: e.status for n, e in self.models.items()},
                         "gc_frozen_objects": gc.get_freeze_count()})
 
-    async def load_entry(self, entry: ModelEntry, threads: int | None = None) -> str | None:
+    def session_threads(self, entry: ModelEntry) -> int:
+        """intra-op threads of `entry`'s session, one rule at start and at every load after it:
+        the CPUs shared out (Settings.threads_per_model) over the versions served or loading,
+        `entry`'s own counted once."""
+        live = {(e.name, e.version) for e in self.all_entries() if e.status != "failed"}
+        return self.settings.threads_per_model(len(live | {(entry.name, entry.version)}))
+
+    async def load_entry(self, entry: ModelEntry) -> str | None:
         """Load `entry`'s session, warm it up over every shape it can be run at, and start its
         engine: it is then ready to take traffic (`publish` makes it the default). The error
-        instead, when it cannot be loaded; `entry` is left as it was."""
-        if threads is None:
-            threads = self.settings.threads_per_model(1)
+        instead, when it cannot be loaded (or its config.json changed since it was read); `entry`
+        is left as it was."""
+        threads = self.session_threads(entry)
         try:
             runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads,
                                               self.settings.cuda_provider_options())
+            if runtime.config != entry.config:  # the entry's name, version and task are the config read first
+                return f"{entry.path / CONFIG_FILE}: changed between the repository scan and the load; load it again"
             seconds = await asyncio.to_thread(warm_up, runtime, self.settings)
         except (BundleError, DeviceUnavailable) as exc:
             return str(exc)

@@ -77,3 +77,195 @@ def test_the_graph_served_is_the_graph_hashed_when_the_file_is_swapped_mid_load(
     assert not np.allclose(genuine.session.run(None, x)[0], other.run(None, x)[0])
     with pytest.raises(BundleError, match="does not match config.json"):
         ModelRuntime.load(bundle, ["CPUExecutionProvider"], threads=1)
+
+
+@pytest.fixture
+def repository(service_bundles, tmp_path) -> Path:
+    """fever as versions 1 and 2 (numbered folders) and nli flat (its version: test-1)."""
+    repo = tmp_path / "repository"
+    for version in ("1", "2"):
+        shutil.copytree(service_bundles / "fever", repo / "fever" / version)
+    shutil.copytree(service_bundles / "nli", repo / "nli")
+    return repo
+
+
+def index_rows(response) -> dict[tuple[str, str], dict]:
+    return {(r["name"], r["version"]): r for r in response.json()}
+
+
+def test_the_allow_list_bounds_poll_and_explicit_loads(repository, service_bundles, caplog):
+    """ATTSERVE_MODELS=nli: a bundle outside it is never loaded, by the poll (logged once) or
+    by an explicit load (a 400 naming the allow-list); the index says why it is not served."""
+    shutil.copytree(service_bundles / "sentiment", repository / "sentiment")
+
+    async def polled():
+        async with running_app(settings(repository, models=["nli"], model_control_mode="poll",
+                                        repository_poll_s=0.1)) as (app, client):
+            await asyncio.sleep(0.8)  # several polls
+            return (await client.post("/classify", json={"text": "a fine day"}),
+                    await client.post("/verify", json=VERIFY), await client.post("/v2/repository/index"))
+
+    async def explicit():
+        async with running_app(settings(repository, models=["nli"], model_control_mode="explicit")) as (app, client):
+            return (await client.post("/v2/repository/models/sentiment/load"),
+                    await client.post("/classify", json={"text": "a fine day"}))
+
+    with caplog.at_level("WARNING", logger="service.inference.model_control"):
+        classify, verify, index = asyncio.run(polled())
+    assert classify.status_code == verify.status_code == 404  # no model of those tasks is served
+    rows = index_rows(index)
+    assert rows[("sentiment", "test-3")]["state"] == "UNAVAILABLE"
+    assert "ATTSERVE_MODELS" in rows[("sentiment", "test-3")]["reason"]
+    skipped = [r for r in caplog.records if "not in ATTSERVE_MODELS" in r.getMessage()]
+    assert sorted(r.model for r in skipped) == ["fever", "sentiment"]  # each once, however many polls
+    load, after = asyncio.run(explicit())
+    assert load.status_code == 400 and "allow-list ATTSERVE_MODELS (nli)" in load.json()["error"], load.text
+    assert after.status_code == 404
+
+
+def test_one_version_in_two_folders_is_refused_with_its_reason_and_never_reloaded(repository):
+    """`cp -a nli nli-copy` while nli serves: the poll does not reload it back and forth (the
+    same load serves on), the index and an explicit load say why; removing the copy clears it."""
+    async def polled():
+        async with running_app(settings(repository, model_control_mode="poll", repository_poll_s=0.1)) as (app, client):
+            first = app.state.service.versions["nli"]["test-1"]
+            shutil.copytree(repository / "nli", repository / "nli-copy")
+            await asyncio.sleep(1.0)  # ten polls
+            during = (app.state.service.versions["nli"]["test-1"], await client.post("/v2/repository/index"),
+                      await client.post("/entailment", json={"premise": "a man", "hypothesis": "a man"}))
+            shutil.rmtree(repository / "nli-copy")
+            await asyncio.sleep(0.5)
+            return first, during, app.state.service.versions["nli"]["test-1"], await client.post("/v2/repository/index")
+
+    first, (serving, index, answer), after, index_after = asyncio.run(polled())
+    assert serving is first and after is first  # never reloaded
+    reason = index_rows(index)[("nli", "test-1")]["reason"]
+    assert "'nli' version 'test-1' is in 2 folders (nli, nli-copy)" in reason, reason
+    assert answer.status_code == 200
+    assert index_rows(index_after)[("nli", "test-1")]["reason"] == ""
+
+    async def explicit():
+        async with running_app(settings(repository, model_control_mode="explicit")) as (app, client):
+            first = app.state.service.versions["nli"]["test-1"]
+            shutil.copytree(repository / "nli", repository / "nli-copy")
+            loads = [await client.post("/v2/repository/models/nli/load") for _ in range(2)]
+            return first, loads, app.state.service.versions["nli"]["test-1"]
+
+    first, loads, serving = asyncio.run(explicit())
+    assert [r.status_code for r in loads] == [400, 400] and "is in 2 folders" in loads[0].json()["error"]
+    assert serving is first
+
+
+def test_a_flat_bundle_beside_version_folders_is_refused_and_moving_it_into_its_version_folder_keeps_it(
+        repository, service_bundles):
+    """A version folder next to a flat bundle's config.json is refused loudly (load answer, index),
+    the flat bundle serving on; moved into a folder named its own version, it keeps that version
+    and its metrics series."""
+    from tests.bundles import metric_samples
+
+    fever = repository / "fever"
+    shutil.rmtree(fever)
+    shutil.copytree(service_bundles / "fever", fever)  # flat: version test-2
+
+    async def scenario():
+        async with running_app(settings(repository, model_control_mode="explicit")) as (app, client):
+            out = {"before": await client.post("/verify", json=VERIFY)}
+            shutil.copytree(service_bundles / "fever", fever / "2")
+            out["mixed"] = await client.post("/v2/repository/models/fever/load")
+            out["index"] = await client.post("/v2/repository/index")
+            out["during"] = await client.post("/verify", json=VERIFY)
+            shutil.rmtree(fever / "2")
+            staging = fever / ".test-2"  # hidden while it fills, then renamed: never half a bundle
+            staging.mkdir()
+            for file in ("config.json", "model.onnx", "tokenizer.json"):
+                (fever / file).rename(staging / file)
+            staging.rename(fever / "test-2")
+            out["moved"] = await client.post("/v2/repository/models/fever/load")
+            out["after"] = await client.post("/verify", json=VERIFY)
+            out["metrics"] = (await client.get("/metrics")).text
+            return out
+
+    out = asyncio.run(scenario())
+    assert out["mixed"].status_code == 400, out["mixed"].text
+    message = out["mixed"].json()["error"]
+    assert "fever: a bundle (config.json) beside version folders (2)" in message
+    assert "fever/test-2/" in message and str(repository) not in message
+    rows = index_rows(out["index"])
+    assert rows[("fever", "2")]["state"] == "UNAVAILABLE" and "beside version folders" in rows[("fever", "2")]["reason"]
+    assert rows[("fever", "test-2")]["state"] == "READY" and "beside version folders" in rows[("fever", "test-2")]["reason"]
+    assert out["during"].status_code == 200 and out["during"].headers[VERSION] == "test-2"
+    assert out["moved"].status_code == 200, out["moved"].text
+    assert out["after"].headers[VERSION] == "test-2" and out["after"].json()["scores"] == out["before"].json()["scores"]
+    series = {dict(k)["version"]: v for k, v in metric_samples(out["metrics"], "attserve_version_requests_total").items()
+              if dict(k)["model"] == "fever"}
+    assert series == {"test-2": 3}  # before, during and after: one series
+
+
+def test_a_session_gets_the_same_threads_at_start_and_at_a_later_load(repository, monkeypatch):
+    """12 CPUs over 3 versions: 4 threads each at start, and 4 again for a version that comes
+    back after it was removed (not the whole machine, as a load of one model would get)."""
+    import service.settings
+
+    monkeypatch.setattr(service.settings, "available_cpus", lambda: 12)
+    parked = repository / "fever" / ".2"
+
+    async def scenario():
+        async with running_app(settings(repository, model_control_mode="explicit")) as (app, client):
+            versions = app.state.service.versions
+            at_start = {(n, v): e.runtime.threads for n in versions for v, e in versions[n].items()}
+            (repository / "fever" / "2").rename(parked)
+            assert (await client.post("/v2/repository/models/fever/load")).status_code == 200
+            parked.rename(repository / "fever" / "2")
+            assert (await client.post("/v2/repository/models/fever/load")).status_code == 200
+            return at_start, versions["fever"]["2"].runtime.threads
+
+    at_start, reloaded = asyncio.run(scenario())
+    assert at_start == {("fever", "1"): 4, ("fever", "2"): 4, ("nli", "test-1"): 4}
+    assert reloaded == 4
+
+
+def test_reasons_never_show_file_content_links_out_or_server_paths(repository, tmp_path, monkeypatch):
+    """A config.json that quotes a secret, a model.onnx linked in from outside the repository, a
+    config.json too big to read, and a model with no bundle: the index and the load answers say
+    why without the secret, without loading the link, without reading the big file twice and
+    without the server's paths."""
+    from service.inference import registry
+
+    secret = "s3cr3t-token-value"
+    leaky = repository / "leaky"
+    shutil.copytree(repository / "nli", leaky)
+    config = json.loads((leaky / "config.json").read_text())
+    (leaky / "config.json").write_text(json.dumps({**config, "name": "leaky", "api_token": secret, "task": secret}))
+    linked = repository / "linked"
+    shutil.copytree(repository / "nli", linked)
+    (linked / "config.json").write_text(json.dumps({**config, "name": "linked"}))
+    outside = tmp_path / "outside.onnx"
+    (linked / "model.onnx").rename(outside)
+    (linked / "model.onnx").symlink_to(outside)
+    huge = repository / "huge"
+    huge.mkdir()
+    (huge / "config.json").write_text(json.dumps({"description": "x" * (2 << 20)}))
+
+    async def scenario():
+        async with running_app(settings(repository, model_control_mode="explicit", allow_partial_start=True)) \
+                as (app, client):
+            reads = []
+            real_read = registry.read_config
+            monkeypatch.setattr(registry, "read_config", lambda path: reads.append(path) or real_read(path))
+            indexes = [await client.post("/v2/repository/index") for _ in range(2)]
+            return (indexes, reads, await client.post("/v2/repository/models/leaky/load"),
+                    await client.post("/v2/repository/models/linked/load"),
+                    await client.post("/v2/repository/models/nothing/load"))
+
+    indexes, reads, leaky_load, linked_load, missing = asyncio.run(scenario())
+    rows = index_rows(indexes[0])
+    assert indexes[0].json() == indexes[1].json()
+    assert reads == []  # every config.json parsed at start and unchanged since: none read again
+    assert "bytes, over the 1048576 a bundle config may hold" in rows[("huge", "1")]["reason"]
+    for text in (indexes[0].text, leaky_load.text):
+        assert "api_token: Extra inputs are not permitted" in text and secret not in text
+    assert linked_load.status_code == 400 and "outside the model repository" in linked_load.json()["error"]
+    assert rows[("linked", "test-1")]["state"] != "READY" or "outside" in rows[("linked", "test-1")]["reason"]
+    assert missing.status_code == 404 and "no bundle of model 'nothing'" in missing.json()["error"]
+    for answer in (*indexes, leaky_load, linked_load, missing):
+        assert str(tmp_path) not in answer.text
