@@ -28,7 +28,7 @@ from service import tracing
 from service.http.answer_size import explanation_floor
 from service.http.auth import TENANT
 from service.http.cache import CACHE_HEADER, RESOLVED
-from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, set_by
+from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, endpoints, set_by
 from service.metrics import render as render_metrics
 from service.inference.registry import ModelEntry, Service
 from service.http.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
@@ -246,23 +246,30 @@ for _task in TASKS.values():
     add_task_route(_task)
 
 
+# the routes outside the OpenAPI schema, which gives every other route's description
+_UNLISTED_ROUTES = {"GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
+                    "GET /openapi.json": "the OpenAPI schema of this API"}
+
+
+def _route_summary(app: Any, line: str) -> str:
+    """The first paragraph of the route's documentation (its docstring, through the OpenAPI
+    schema) for an endpoint "METHOD /path"."""
+    methods, path = line.split(" ", 1)
+    operation = app.openapi().get("paths", {}).get(path, {}).get(methods.split(",")[0].lower(), {})
+    text = operation.get("description") or _UNLISTED_ROUTES.get(line) or operation.get("summary", "")
+    return " ".join(text.split("\n\n")[0].split())
+
+
 @router.get("/", include_in_schema=False)
 async def index(request: Request) -> Any:
-    """A short index of the service: what it is and where to go."""
+    """A short index of the service: what it is and where to go. The endpoints are the app's own
+    routes, as a 404 lists them (service.errors.endpoints), so a new route cannot be left out."""
     app = request.app
     return {
         "name": app.title,
         "version": app.version,
         "description": app.description,
-        "endpoints": {
-            **{f"POST {task.endpoint}": task.summary for task in TASKS.values()},
-            "POST /zero-shot": "which of the candidate labels fits a text, by an entailment model (service.http.zero_shot)",
-            "GET /v1/models": "the models, their tasks and each task's default",
-            "GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
-            "GET /health/live": "the process is up",
-            "GET /health/ready": "every model is loaded and warm",
-            "GET /metrics": "Prometheus metrics",
-        },
+        "endpoints": {line: _route_summary(app, line) for line in endpoints(app) if line != "GET /"},
         "docs": app.docs_url,
         "openapi": app.openapi_url,
     }
@@ -293,6 +300,7 @@ async def ready(request: Request) -> Any:
 
 @router.get("/v1/models", response_model=ModelList, tags=["models"])
 async def list_models(request: Request) -> Any:
+    """The models, their tasks and each task's default."""
     service = _service(request)
     choices = {task: service.default_choice(task) for task in TASKS}
     tasks = {}
@@ -322,4 +330,5 @@ async def list_models(request: Request) -> Any:
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["health"])
 async def metrics(request: Request) -> Response:
+    """Prometheus metrics, in its text format."""
     return Response(render_metrics(_service(request).metrics), media_type=CONTENT_TYPE_LATEST)
