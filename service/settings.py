@@ -1,9 +1,10 @@
 """Service settings: environment variables with the `ATTSERVE_` prefix (pydantic-settings).
 
-`ATTSERVE_MODELS` takes a comma-separated allow-list (`topic,sentiment`),
-`ATTSERVE_MODEL_REPOSITORY` one directory or several, separated by commas or colons
-(`model_repository,/srv/my-bundles`), `ATTSERVE_API_KEYS` and `ATTSERVE_ALLOWED_HOSTS`
-comma-separated lists; every other field is a plain scalar. `attserve serve` / `python -m service` options override the environment.
+Each setting is declared once, here: type, default, bounds and `Field(description=...)`. The
+`attserve serve` / `python -m service` flags, which override the environment, and the tables of
+docs/configuration.md (`python -m service.settings_doc --write`) are generated from them
+(`setting_docs`); tests/unit/test_settings_docs.py fails when they differ. List settings take
+comma-separated text, from the environment and from a flag alike.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, NamedTuple, Optional
 
 from pydantic import Field, SecretStr, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.tasks import TASKS
@@ -24,6 +26,20 @@ _TOKEN = re.compile(rf"[A-Za-z0-9\-._~+/]{{{MIN_KEY_CHARS},}}=*")
 
 # The bundled models shipped with the repository: <repo>/model_repository.
 DEFAULT_MODEL_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+
+# Each setting's `json_schema_extra`: its group in docs/configuration.md and `attserve serve --help`,
+# and, where the default alone does not say it, "default_text" (what None or a factory means) and
+# "env_only" (why the setting has no `serve` flag).
+SERVER = {"group": "Server"}
+MODELS = {"group": "Models"}
+BATCHING = {"group": "Batching"}
+DEVICE = {"group": "Device and onnxruntime"}
+LIMITS = {"group": "Request limits"}
+CONNECTIONS = {"group": "HTTP connections"}
+ENDPOINTS = {"group": "Endpoints and the response cache"}
+TELEMETRY = {"group": "Logs, metrics and traces"}
+SECURITY = {"group": "API keys and hosts"}
+CONTROL = {"group": "Model control"}
 
 
 def available_cpus() -> int:
@@ -48,156 +64,295 @@ class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTSERVE_", extra="ignore", protected_namespaces=(),
                                       hide_input_in_errors=True)
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    # One or more directories of bundles, searched in order (a name used twice is refused).
-    model_repository: Annotated[list[Path], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL_REPOSITORY],
-                                                              min_length=1)
-    # Start even when a bundle is invalid or fails to load (it is listed as failed, the other
-    # models serve). Without it such a deployment stops at start-up with the reason.
-    allow_partial_start: bool = False
-    # Serve only these bundle names (None: every bundle in the repository).
-    models: Annotated[list[str] | None, NoDecode] = None
+    host: str = Field("127.0.0.1", description="Interface to listen on.", json_schema_extra=SERVER)
+    port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.", json_schema_extra=SERVER)
+    model_repository: Annotated[list[Path], NoDecode] = Field(
+        default_factory=lambda: [DEFAULT_MODEL_REPOSITORY], min_length=1,
+        description="Directory of bundles (every sub-directory with a `config.json`), or several separated by commas "
+                    "or colons (`my-models,model_repository`), searched in order; a bundle name found twice stops "
+                    "start-up.",
+        json_schema_extra={**MODELS, "default_text": "the bundled `model_repository/`"})
+    allow_partial_start: bool = Field(
+        False, description="Serve the healthy bundles when one is invalid or fails to load (it is listed as failed, "
+                           "`/health/ready` stays 503); without it such a deployment exits at start-up (code 2 for a "
+                           "bad `config.json`, 3 for a file that fails to load), naming the file. A missing repository "
+                           "or one with no bundle always stops start-up.",
+        json_schema_extra=MODELS)
+    models: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="Serve only these bundles: a comma-separated allow-list of bundle names. A name that does "
+                          "not exist stops start-up (exit 2, the message lists the bundles that do).",
+        json_schema_extra={**MODELS, "default_text": "all"})
     # default_<task>_model, one per task of core.tasks: see `Settings` below
 
-    # Dynamic batching (per model): a batch closes at max_batch_size items, at
-    # max_batch_tokens padded tokens, or max_batch_delay_ms after its first item arrived.
-    # Delay 0 is continuous batching: an idle engine takes what is queued at once, and items
-    # that arrive while a batch runs form the next one. On CPU it beats a delay (`bench knobs`,
-    # docs/performance.md); a delay pays off only where one engine call costs much more than
-    # the items in it (a GPU).
-    max_batch_size: int = Field(32, ge=1)
-    max_batch_delay_ms: float = Field(0.0, ge=0)
-    max_batch_tokens: int = Field(16384, ge=1)
-    # A batch whose items have very different bucket shapes runs as several graph calls, so
-    # short items are not padded to the longest (service.inference.runtime.plan_calls). This is what one
-    # more call costs, in padded tokens; None: measured per model at warm-up (the "model ready"
-    # log gives it); 0: one call per shape; a huge value: one call per batch.
-    call_overhead_tokens: float | None = Field(None, ge=0)
-    # Items (not requests) waiting per model before new requests get 429.
-    max_queue: int = Field(1024, ge=1)
-    request_timeout_ms: float = Field(30_000, gt=0)
+    max_batch_size: int = Field(
+        32, ge=1, description="Items per batch, per model: a batch closes at this many items, at "
+                              "`ATTSERVE_MAX_BATCH_TOKENS` padded tokens, or `ATTSERVE_MAX_BATCH_DELAY_MS` after its "
+                              "first item arrived.",
+        json_schema_extra=BATCHING)
+    max_batch_delay_ms: float = Field(
+        0.0, ge=0, description="How long a batch may wait for company, from its first item. 0: continuous batching "
+                               "(an idle engine takes what is queued at once, and items that arrive while a batch runs "
+                               "form the next one), the fastest on CPU (`bench knobs`, docs/performance.md); a delay "
+                               "pays off only where one engine call costs much more than the items in it (a GPU).",
+        json_schema_extra=BATCHING)
+    max_batch_tokens: int = Field(16384, ge=1, description="Padded tokens per batch (items x padded length).",
+                                  json_schema_extra=BATCHING)
+    call_overhead_tokens: float | None = Field(
+        None, ge=0, description="What one more onnxruntime call is worth, in padded tokens: a batch whose items have "
+                                "very different bucket shapes runs as the several calls that cost least, so short "
+                                "items are not padded to the longest (`service.inference.runtime.plan_calls`; "
+                                "docs/performance.md, \"How a request is served\"). 0: one call per shape; a huge "
+                                "value: one call per batch.",
+        json_schema_extra={**BATCHING, "default_text": "measured per model at warm-up (the \"model ready\" log gives it)"})
+    max_queue: int = Field(1024, ge=1, description="Items (not requests) waiting per model before new requests get 429.",
+                           json_schema_extra=BATCHING)
+    request_timeout_ms: float = Field(
+        30_000, gt=0, description="A request's deadline; its queued items past it are dropped before compute (504).",
+        json_schema_extra=BATCHING)
 
-    # onnxruntime
-    intra_op_threads: int | None = Field(None, ge=1)
-    # Server processes behind the port (service.process.workers); each loads every model.
-    workers: int = Field(1, ge=1, le=64)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    # CUDAExecutionProvider options (device cuda, or auto on a GPU; ignored on CPU).
-    # TF32 off: onnxruntime's CUDA EP multiplies in TF32 by default, and then an answer depends
-    # on the batch it ran in (the figures: docs/configuration.md).
-    cuda_use_tf32: bool = False
-    # cuDNN convolution algorithm search. onnxruntime's EXHAUSTIVE re-benchmarks on every new
-    # shape, and the service's shapes change from call to call (the cost: docs/configuration.md).
-    cuda_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = "DEFAULT"
-    cuda_device_id: int = Field(0, ge=0)
-    # the device memory arena: how it grows, and its cap in bytes (None: onnxruntime's, no cap)
-    cuda_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] = "kNextPowerOfTwo"
-    cuda_mem_limit: int | None = Field(None, ge=1)
-    # Pad each graph call's batch dimension to a grid size (1, 2, 4, ... up to max_batch_size),
-    # as lengths are padded to buckets, so a session only sees the shapes its warm-up ran
-    # (service.inference.runtime). None: on for CUDA, off on CPU (bench.ab on CPU: see README Performance).
-    batch_grid: bool | None = None
+    intra_op_threads: int | None = Field(
+        None, ge=1, description="onnxruntime threads per session. Every model runs its batches on its own thread "
+                                "concurrently, so the default shares the usable CPUs (affinity- and cgroup-aware) out "
+                                "instead of giving each session all of them, which oversubscribes (onnxruntime #9800).",
+        json_schema_extra={**DEVICE, "default_text": "usable cores / (models x workers)"})
+    workers: int = Field(
+        1, ge=1, le=64,
+        description="Server processes behind the one port (`service/process/workers.py`), each with every model loaded "
+                    "(memory x N). `/metrics` on any of them is the sum over all (prometheus-client multiprocess mode, "
+                    "in `PROMETHEUS_MULTIPROC_DIR` or a fresh temporary directory), `/health/ready` is 200 only while "
+                    "every worker is ready, a worker that dies is replaced, SIGTERM drains them all. Each worker "
+                    "listens with its own `SO_REUSEPORT` socket, so the kernel spreads connections evenly (measured: "
+                    "docs/performance.md). `ATTSERVE_MAX_CONNECTIONS` is per worker. On a GPU every worker holds its "
+                    "own copy of the models on the device (its own onnxruntime sessions and CUDA arena).",
+        json_schema_extra=SERVER)
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="`auto` (CUDA when onnxruntime-gpu and a GPU are present, else CPU), `cpu`, `cuda` (fails "
+                            "at start without a GPU, and when onnxruntime would fall back to the CPU).",
+        json_schema_extra=DEVICE)
+    cuda_use_tf32: bool = Field(
+        False, description="TF32 matrix products on CUDA (a CUDAExecutionProvider option, as the four below; ignored on "
+                           "CPU). Off, unlike onnxruntime's default, because with it an answer depends on the batch it "
+                           "ran in, and it made a fixed-shape call no faster (measured: docs/performance.md).",
+        json_schema_extra=DEVICE)
+    cuda_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = Field(
+        "DEFAULT", description="cuDNN convolution algorithm search: `EXHAUSTIVE` (onnxruntime's default), `HEURISTIC`, "
+                               "`DEFAULT`. `EXHAUSTIVE` re-benchmarks on every new shape, and the service's shapes "
+                               "change from call to call (what each costs: docs/performance.md).",
+        json_schema_extra=DEVICE)
+    cuda_device_id: int = Field(0, ge=0, description="The GPU a worker's sessions run on.", json_schema_extra=DEVICE)
+    cuda_arena_extend_strategy: Literal["kNextPowerOfTwo", "kSameAsRequested"] = Field(
+        "kNextPowerOfTwo", description="How onnxruntime's GPU memory arena grows (`kSameAsRequested`: by what is "
+                                       "asked). Not measured: whether it matters here.",
+        json_schema_extra=DEVICE)
+    cuda_mem_limit: int | None = Field(
+        None, ge=1, description="A cap on onnxruntime's GPU memory arena, in bytes per session. Not measured: whether "
+                                "it matters here.",
+        json_schema_extra={**DEVICE, "default_text": "none (onnxruntime's: no cap)"})
+    batch_grid: bool | None = Field(
+        None, description="Pad each graph call's batch to a grid size (1, 2, 4, ... `ATTSERVE_MAX_BATCH_SIZE`) with "
+                          "copies of its first row, as lengths are padded to buckets, so a session only sees the shapes "
+                          "its warm-up ran; the padding rows are dropped before anything reads the outputs "
+                          "(`service.inference.runtime`). Off on CPU, where it costs throughput (docs/performance.md, "
+                          "\"On a GPU\").",
+        json_schema_extra={**DEVICE, "default_text": "on for CUDA, off on CPU"})
 
-    # Request limits
-    max_inputs_per_request: int = Field(64, ge=1)
-    max_body_bytes: int = Field(1 << 20, ge=1)
-    # NFKC can turn one character into 18 (U+FDFA), and the tokenizer's time and memory follow
-    # the normalized length: a text longer than this, before or after NFKC, is 422; so is a
-    # request whose texts come to more than max_request_chars after NFKC. Checked in bounded
-    # chunks before tokenizing (core.tokenization.check_text).
-    max_text_chars: int = Field(100_000, ge=1)
-    # 256 Ki: 64 inputs of 4,096 characters; the largest accepted request, and several at once,
-    # stay bounded in time and memory (docs/reliability.md, `python -m bench.reliability expansion`)
-    max_request_chars: int = Field(1 << 18, ge=1)
-    # An answer's JSON over this is 422 answer_too_large (explanations describe up to the
-    # model's max length of tokens per text and a weight per token pair: 64 inputs of the
-    # bundled verification model with five evidence sentences each stay well under it)
-    max_answer_bytes: int = Field(8 << 20, ge=1024)
+    max_inputs_per_request: int = Field(64, ge=1, description="Items in one `inputs` request.",
+                                        json_schema_extra=LIMITS)
+    max_body_bytes: int = Field(1 << 20, ge=1, description="Request body limit, in bytes.", json_schema_extra=LIMITS)
+    max_text_chars: int = Field(
+        100_000, ge=1,
+        description="Characters per text, before and after NFKC normalization (one character can become 18: U+FDFA, "
+                    "and the tokenizer's time and memory follow the normalized length); a longer text is 422. Checked "
+                    "in 4,096-character chunks before tokenizing (`core.tokenization.check_text`), so a refusal costs "
+                    "at most the limit's worth of work.",
+        json_schema_extra=LIMITS)
+    max_request_chars: int = Field(
+        1 << 18, ge=1,
+        description="Characters after NFKC of all the texts of one request together (the default: 64 inputs of "
+                    "4,096); more is 422. The largest accepted request, and several at once, stay bounded in time "
+                    "and memory (docs/reliability.md, `python -m bench.reliability expansion`).",
+        json_schema_extra=LIMITS)
+    max_answer_bytes: int = Field(
+        8 << 20, ge=1024,
+        description="An answer's JSON over this many bytes is 422 `answer_too_large`. Explanations describe up to the "
+                    "model's max length of tokens per text and a weight per token pair; 64 inputs of the bundled "
+                    "verification model with five evidence sentences each stay well under the default (the largest "
+                    "answer of the bundled models: docs/performance.md).",
+        json_schema_extra=LIMITS)
 
-    # HTTP connection limits (service.http.http: uvicorn has no header-read timeout and, with
-    # httptools, no header size limit).
-    max_header_bytes: int = Field(16_384, ge=1024)
-    # request line + headers must arrive within this from the first byte (or from the
-    # connection's opening for its first request: a connection that sends nothing is closed)
-    header_timeout_s: float = Field(10.0, gt=0)
-    # the whole body must arrive within this from the end of the headers (408), and within the
-    # request deadline (504)
-    body_timeout_s: float = Field(10.0, gt=0)
-    keep_alive_timeout_s: float = Field(5.0, gt=0)
-    # an answer the client does not read (it backs up in the server) is dropped, and its
-    # connection aborted, after this long without progress (nginx's send_timeout)
-    write_timeout_s: float = Field(10.0, gt=0)
-    # open connections; beyond it the oldest connection waiting for a request is closed to make
-    # room, and without one the new connection gets 503 at once. Capped by the process's
-    # file-descriptor limit (less a reserve for model files and sockets).
-    max_connections: int = Field(4096, ge=1)
-    # /docs and /redoc: off unless asked for, as Swagger UI and ReDoc load their scripts from a
-    # CDN (blank pages on an air-gapped host, third-party code on our origin). /openapi.json stays.
-    docs: bool = False
-    # /ui, the explanation page (static files from the package, no CDN, strict CSP)
-    ui: bool = True
-    # FastAPI's native OpenTelemetry HTTP metrics and error logs to the providers this process
-    # configures (FASTAPI_OTEL_AUTO_CONFIGURE and OTEL_* for exporters); never its spans: traces
-    # are otlp_endpoint's (one way to trace). Off: the service's metrics are Prometheus', and
-    # the hook costs a provider lookup per request.
-    opentelemetry: bool = False
-    # Traces of the inference endpoints and /tokenize (service.tracing), sent by OTLP/HTTP to
-    # this collector URL (http://collector:4318; /v1/traces is added unless it ends so). None:
-    # off, at no cost per request (docs/performance.md).
-    otlp_endpoint: str | None = None
-    otlp_service_name: str = "attserve"
-    # share of the traces that start here that are kept; a caller's traceparent decides for its own
-    trace_sample_ratio: float = Field(1.0, ge=0, le=1)
+    # service.http.http: uvicorn has no header-read timeout and, with httptools, no header size limit
+    max_header_bytes: int = Field(16_384, ge=1024, description="Request line + headers, in bytes.",
+                                  json_schema_extra=CONNECTIONS)
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Request line + headers must arrive within this from the connection's opening (its "
+                                "first request: a connection that sends nothing is closed) or from a later request's "
+                                "first byte; covers idle new connections and slowloris.",
+        json_schema_extra=CONNECTIONS)
+    body_timeout_s: float = Field(
+        10.0, gt=0, description="The whole body must arrive within this from the end of the headers (else 408), and "
+                                "within the request's deadline (else 504).",
+        json_schema_extra=CONNECTIONS)
+    keep_alive_timeout_s: float = Field(5.0, gt=0, description="An idle keep-alive connection is closed after this.",
+                                        json_schema_extra=CONNECTIONS)
+    write_timeout_s: float = Field(
+        10.0, gt=0, description="A connection whose client acknowledges no byte of its answer for this long is "
+                                "dropped, and the unsent answer freed (TCP_USER_TIMEOUT, Linux; a slow reader that "
+                                "makes progress keeps its connection, as with nginx's `send_timeout`).",
+        json_schema_extra=CONNECTIONS)
+    max_connections: int = Field(
+        4096, ge=1, description="Open connections, per worker (at most the file-descriptor limit less 128, a reserve "
+                                "for model files and sockets); at the cap the oldest connection waiting for a request "
+                                "is closed to make room, else the new one gets 503 at once.",
+        json_schema_extra=CONNECTIONS)
+    docs: bool = Field(
+        False, description="`/docs` and `/redoc`; off by default because Swagger UI and ReDoc load their scripts from "
+                           "a CDN (third-party scripts on the service's origin, blank pages without internet). "
+                           "`/openapi.json` is always served.",
+        json_schema_extra=ENDPOINTS)
+    ui: bool = Field(
+        True, description="`/ui`, the explanation page (its own static files from the package, no CDN, a strict "
+                          "Content-Security-Policy).",
+        json_schema_extra=ENDPOINTS)
+    opentelemetry: bool = Field(
+        False,
+        description="FastAPI's native OpenTelemetry **metrics and logs** (HTTP request metrics, validation and error "
+                    "logs) to the providers the process sets up (`FASTAPI_OTEL_AUTO_CONFIGURE=true` and the `OTEL_*` "
+                    "variables create OTLP exporters; the serving image has `opentelemetry-api` only, so an exporter "
+                    "needs the SDK: `pip install 'attserve[tracing]'`). Never FastAPI's spans: **traces are "
+                    "`ATTSERVE_OTLP_ENDPOINT`'s**, the one way to trace the service (FastAPI's server span missed the "
+                    "task endpoints' hot path, which skips FastAPI's routes, and two server spans per request would "
+                    "make two traces of one). Off because the service's metrics are Prometheus' and, even with no "
+                    "provider, the hook looks the providers up on every request (its cost: docs/performance.md).",
+        json_schema_extra=TELEMETRY)
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry traces (`service/tracing.py`) sent by OTLP/HTTP (protobuf) to this collector, "
+                    "`http://collector:4318` (`/v1/traces` is added unless the URL ends with it; Jaeger, Tempo and the "
+                    "OpenTelemetry Collector take it). One SERVER span per request to an inference endpoint or "
+                    "`/tokenize` (`POST /entailment`), with the model (`attserve.model`, `attserve.model_version`), "
+                    "the status, and each stage's milliseconds as attributes (`attserve.parse_ms`, "
+                    "`attserve.tokenize_ms`, `attserve.queue_ms`, `attserve.inference_ms`, `attserve.serialise_ms`, "
+                    "`attserve.batch_size`, `attserve.cache`) and as child spans (`parse`, `queue` with `tokenize` "
+                    "inside it, `inference`, `serialise`); each batch is a `batch inference` span linked to every "
+                    "request that ran in it. A caller's W3C `traceparent` is continued; a traced answer carries W3C's "
+                    "`traceresponse` header (its trace id); a request refused by the Host or API key check is never "
+                    "traced; the start-up log says `tracing on` with the URL and ratio (docs/tracing.md). No input "
+                    "text goes into any span. Needs the SDK (`pip install 'attserve[tracing]'`; start-up fails naming it otherwise). "
+                    "Unset: no SDK import and no cost per request; set, a measured cost per request "
+                    "(docs/performance.md, \"Tracing, the response cache and /tokenize\").",
+        json_schema_extra={**TELEMETRY, "default_text": "none (off)"})
+    otlp_service_name: str = Field("attserve", description="The traces' `service.name`.", json_schema_extra=TELEMETRY)
+    trace_sample_ratio: float = Field(
+        1.0, ge=0, le=1,
+        description="Share of the traces that start here that are kept, drawn before the SDK is called (an unsampled "
+                    "request costs one random number); a caller's unsampled `traceparent` is followed, its sampled one "
+                    "honoured beyond the ratio for at most `ATTSERVE_TRACE_FORCED_PER_S` requests a second. Tracing every request costs more than the bundled models' own inference: "
+                    "below 1 cuts the cost about in proportion (docs/performance.md).",
+        json_schema_extra=TELEMETRY)
     trace_forced_per_s: float = Field(
         10.0, ge=0, description="Requests a second whose caller's `traceparent` is sampled that are traced beyond "
         "the trace sample ratio (a token bucket: no caller makes every request pay for tracing); 0: a caller's "
-        "sampled flag is kept only at the ratio (service.tracing).")
+        "sampled flag is kept only at the ratio (service.tracing).", json_schema_extra=TELEMETRY)
     otlp_timeout_s: float = Field(
         2.0, gt=0, description="Seconds an OTLP export may take, retries included, and the most a shutdown "
-        "waits to flush the spans still buffered: a dead or hanging collector delays no SIGTERM past it.")
+        "waits to flush the spans still buffered: a dead or hanging collector delays no SIGTERM past it.",
+        json_schema_extra=TELEMETRY)
     slow_request_ms: float = Field(
         0.0, ge=0, description="A request to an inference endpoint that takes longer than this (ms, arrival to "
         "answer) is logged at WARNING with its stage times (queue, inference, the rest), status, model, "
-        "version, cache and trace id; 0: off.")
-    # The response cache (service.http.cache): at most this many bytes of answers, least recently used
-    # out first; 0: off. Per process (each worker has its own).
-    response_cache_bytes: int = Field(0, ge=0)
+        "version, cache and trace id; 0: off.", json_schema_extra=TELEMETRY)
+    response_cache_bytes: int = Field(
+        0, ge=0,
+        description="The response cache (`service/http/cache.py`): task endpoint answers (200 only) kept in memory, "
+                    "at most this many bytes as Python holds them (sys.getsizeof of each entry's key, request, answer "
+                    "and headers, and its place in the LRU), least recently used out first, per "
+                    "process (each worker has its own); 0: off. With API keys on, each key has its own answers (the "
+                    "key holds a SHA-256 digest of the API key, never the key): one caller is never told what another "
+                    "sent. The key is also the model's name, version and load (a "
+                    "reload or a new version never serves an older answer) and the request as validated, without "
+                    "`model` and with every field that changes the answer (inputs, `explain`, `truncate`, "
+                    "`raw_scores`, `return_text`, ...); unknown fields are not in it; a body byte for byte one "
+                    "answered before is also found by its bytes, before it is validated, while its model still "
+                    "resolves to the load that answered. Answers say `x-cache: hit` or `miss` (a hit has no "
+                    "`x-queue-time` / `x-inference-time`) and, hit or miss, count in `attserve_version_requests_total`; "
+                    "a canary's share is drawn once per request; `attserve_response_cache_{hits,misses,evictions}_total{model}` "
+                    "and `attserve_response_cache_bytes`. Worth it where inputs repeat; a miss costs a lookup and a "
+                    "store (docs/performance.md).",
+        json_schema_extra={**ENDPOINTS, "default_text": "0 (off)"})
 
-    # API keys: with any set, every route but the health checks (and /metrics, unless
-    # metrics_require_key) answers 401 without `Authorization: Bearer <one of them>`
-    # (service.http.auth). Comma-separated, and/or a file of one key per line (a Docker or Kubernetes
-    # secret), read once at start; SecretStr, so neither repr() nor a log shows them.
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
-    api_keys_file: Path | None = None
-    metrics_require_key: bool = False
-    # Host names (comma-separated; `*.example.com` for subdomains) a request's Host header must
-    # name, on the same routes; None: any. Against DNS rebinding: a web page that points its
-    # own name at this server's address still sends its own name.
-    allowed_hosts: Annotated[list[str] | None, NoDecode] = None
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description=f"API keys, comma-separated, each at least {MIN_KEY_CHARS} characters of a bearer token's alphabet "
+                    "(RFC 6750); "
+                    "with any set, every route but `/health/live`, `/health/ready`, `/v2/health/live`, "
+                    "`/v2/health/ready` (and `/metrics`, see `ATTSERVE_METRICS_REQUIRE_KEY`) answers 401 without "
+                    "`Authorization: Bearer <key>`. `/ui` and `/docs` need one too, which a browser does not send: use "
+                    "them where no keys are set. Compared in constant time (SHA-256 digests, `hmac.compare_digest`), "
+                    "never logged (`SecretStr`); read once at start (`service/http/auth.py`). Compose passes them from "
+                    "an `.env` file (docker/README.md), Kubernetes from the optional Secret `attserve-api-keys`.",
+        json_schema_extra={**SECURITY, "default_text": "none",
+                           "env_only": "a key on the command line is visible to every user of the host (`ps`); "
+                                       "or `--api-keys-file`"})
+    api_keys_file: Path | None = Field(
+        None, description="A file of API keys, one per line (`#` starts a comment; a Docker or Kubernetes secret), read "
+                          "once at start, added to `ATTSERVE_API_KEYS`.",
+        json_schema_extra=SECURITY)
+    metrics_require_key: bool = Field(
+        False, description="`/metrics` needs an API key too (give Prometheus one: `authorization.credentials_file` "
+                           "in its scrape config).",
+        json_schema_extra=SECURITY)
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="Host names (comma-separated, `*.example.com` for subdomains) the Host header must name on "
+                          "the routes API keys protect (the same exceptions), else 400 `invalid_host`: against DNS "
+                          "rebinding, as a web page that points its own name at this server's address still sends "
+                          "its own name. Compose sets `localhost,127.0.0.1,[::1]` (its port is published on "
+                          "127.0.0.1 only).",
+        json_schema_extra={**SECURITY, "default_text": "any"})
 
-    # Models changed while serving (service.inference.model_control, docs/model-control.md): none (the
-    # models found at start serve until the process ends), explicit (the Open Inference
-    # Protocol's repository API loads, unloads and reloads them), poll (the repository folder is
-    # watched every repository_poll_s: a new, changed or removed bundle is loaded, reloaded or
-    # unloaded by itself).
-    model_control_mode: Literal["none", "explicit", "poll"] = "none"
-    repository_poll_s: float = Field(5.0, gt=0)
-    # Keys of the repository API (POST /v2/repository/...): required when api_keys are set (a
-    # key that may classify may not change the models), like them comma-separated or a file.
-    control_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
-    control_api_keys_file: Path | None = None
-    # A share of the requests that name no version sent to another version of the model, to
-    # compare them before switching (metrics per version: attserve_version_requests_total):
-    # `name=version:share`, comma-separated (`fever-attconv=2:0.1`); the repository API changes it.
-    canary: Annotated[dict[str, tuple[str, float]], NoDecode] = Field(default_factory=dict)
+    model_control_mode: Literal["none", "explicit", "poll"] = Field(
+        "none", description="Models changed while serving (`service.inference.model_control`, docs/model-control.md): "
+                            "`none` (the models found at start serve until the process ends), `explicit` (the Open "
+                            "Inference Protocol's repository API, `POST /v2/repository/models/{name}/load` and "
+                            "`/unload`, loads, reloads and unloads them), `poll` (the repository folders are scanned "
+                            "every `ATTSERVE_REPOSITORY_POLL_S`; a new, changed or removed bundle is loaded, reloaded "
+                            "or unloaded by itself).",
+        json_schema_extra=CONTROL)
+    repository_poll_s: float = Field(5.0, gt=0, description="Poll mode: seconds between two scans of the repository "
+                                                            "folders.", json_schema_extra=CONTROL)
+    control_api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Keys of the repository API (`/v2/repository/*`), as `ATTSERVE_API_KEYS`; with any set, the "
+                    "repository API needs one of them and no task key opens it (a key that may classify may not "
+                    "change the models). Required in explicit mode when `ATTSERVE_API_KEYS` are set.",
+        json_schema_extra={**CONTROL, "default_text": "none",
+                           "env_only": "a key on the command line is visible to every user of the host (`ps`); "
+                                       "or `--control-api-keys-file`"})
+    control_api_keys_file: Path | None = Field(
+        None, description="A file of repository API keys, one per line (as `ATTSERVE_API_KEYS_FILE`), added to "
+                          "`ATTSERVE_CONTROL_API_KEYS`.",
+        json_schema_extra=CONTROL)
+    canary: Annotated[dict[str, tuple[str, float]], NoDecode] = Field(
+        default_factory=dict,
+        description="A share of the requests that name no version of a model sent to another version, to compare "
+                    "them before switching: `name=version:share`, comma-separated (`fever-attconv=2:0.1`); the rest "
+                    "run on the newest other ready version. Compared in `attserve_version_requests_total`; explicit "
+                    "mode changes it with `POST /v2/repository/models/{name}/canary`.",
+        json_schema_extra={**CONTROL, "default_text": "none"})
 
-    # how often freed memory is handed back to the OS (glibc malloc_trim; service.http.app); 0: never
-    memory_trim_s: float = Field(10.0, ge=0)
-
-    shutdown_timeout_s: float = Field(30.0, ge=0)
-    log_level: str = "INFO"
-    access_log: bool = False
+    memory_trim_s: float = Field(
+        10.0, ge=0, description="How often (seconds) the memory requests freed is handed back to the OS (glibc "
+                                "`malloc_trim`, in a thread; 0: never). glibc returns only the top of its heaps by "
+                                "itself, so a burst of large requests would leave the process larger for good "
+                                "(`service.http.app`; measured: docs/performance.md).",
+        json_schema_extra=SERVER)
+    shutdown_timeout_s: float = Field(
+        30.0, ge=0, description="SIGTERM drain: queued and in-flight work must finish within this many seconds.",
+        json_schema_extra=SERVER)
+    log_level: str = Field("INFO", description="Level of the service's log lines, which are JSON lines (a Python "
+                                               "logging level: `DEBUG`, `INFO`, `WARNING`, ...).",
+                           json_schema_extra=TELEMETRY)
+    access_log: bool = Field(False, description="uvicorn's access log: one log line per HTTP request.",
+                             json_schema_extra=TELEMETRY)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -241,7 +396,7 @@ class _Settings(BaseSettings):
     @classmethod
     def _check_api_keys(cls, keys: list[SecretStr], info) -> list[SecretStr]:
         # after the SecretStr conversion: an error shows the input as '**********'
-        return _checked_keys(keys, f"ATTSERVE_{info.field_name.upper()}")
+        return _checked_keys(keys, env_var(info.field_name))
 
     @model_validator(mode="after")
     def _read_api_keys_file(self) -> "_Settings":
@@ -328,11 +483,58 @@ class _Settings(BaseSettings):
         return max(1, available_cpus() // (max(1, model_count) * self.workers))
 
 
-# Default model per task (ATTSERVE_DEFAULT_<TASK>_MODEL, one per task of core.tasks); None: the
-# bundle of that task whose config.json says `"default": true`, else the served model of that
-# task with the best recorded test accuracy (ties: name order; the start-up log and /v1/models
-# say so).
+# Default model per task (ATTSERVE_DEFAULT_<TASK>_MODEL, one per task of core.tasks).
 Settings = create_model(
     "Settings", __base__=_Settings, __module__=__name__,
-    **{f"default_{task}_model": (Optional[str], None) for task in TASKS},
+    **{f"default_{task}_model": (Optional[str], Field(
+        None, description=f"The model `{TASKS[task].endpoint}` answers with when a request names none; a name that "
+                          f"is not a served {task} model stops start-up.",
+        json_schema_extra={**MODELS, "default_text": "the bundle of the task marked `\"default\": true`, else the "
+                                                     "best recorded test accuracy (ties: name order; the start-up log "
+                                                     "and `/v1/models` say so)"}))
+       for task in TASKS},
 )
+
+
+class SettingDoc(NamedTuple):
+    """One setting as docs/configuration.md and `attserve serve --help` describe it."""
+
+    name: str
+    env_var: str
+    flag: str | None  # None: env only
+    group: str
+    default: str  # markdown
+    description: str  # markdown
+    env_only: str | None  # why there is no flag
+
+
+def _default_markdown(field: FieldInfo, extra: dict) -> str:
+    if "default_text" in extra:
+        return extra["default_text"]
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def env_var(name: str) -> str:
+    """The environment variable of a Settings field: max_body_bytes -> ATTSERVE_MAX_BODY_BYTES."""
+    return f"{Settings.model_config['env_prefix']}{name.upper()}"
+
+
+def setting_docs() -> list[SettingDoc]:
+    """Every field of Settings, grouped (groups in the order they first appear, fields in declaration order)."""
+    docs = []
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        env_only = extra.get("env_only")
+        docs.append(SettingDoc(name=name, env_var=env_var(name),
+                               flag=None if env_only else "--" + name.replace("_", "-"),
+                               group=extra.get("group", "Other"), default=_default_markdown(field, extra),
+                               description=field.description or "", env_only=env_only))
+    groups = list(dict.fromkeys(doc.group for doc in docs))
+    return sorted(docs, key=lambda doc: groups.index(doc.group))

@@ -1,39 +1,29 @@
 """`attserve serve` (and `python -m service`): run the service under uvicorn.
 
-Options override the `ATTSERVE_*` environment; everything else comes from `Settings`.
-Imports stay light (no torch), so the CLI starts instantly.
+Its flags are generated from `Settings` (one per setting but the secrets, each overriding its
+`ATTSERVE_*` variable; a flag not given leaves the environment or the default). Imports stay
+light (no torch): building the flags imports pydantic-settings, not the service.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
-from typing import Annotated, Optional
+from types import UnionType
+from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args, get_origin
 
+import rich.markup
 import typer
+from typer.core import HAS_RICH
 
 log = logging.getLogger("service.process.commands")
 
 
-def serve(
-    host: Annotated[Optional[str], typer.Option(help="Interface to bind (env ATTSERVE_HOST, default 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port (env ATTSERVE_PORT, default 8000).")] = None,
-    model_repository: Annotated[
-        Optional[str], typer.Option(help="Directory of bundles, or several separated by commas "
-                                         "(env ATTSERVE_MODEL_REPOSITORY).")
-    ] = None,
-    models: Annotated[Optional[str], typer.Option(help="Comma-separated bundle names to serve (default: all).")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (env ATTSERVE_DEVICE).")] = None,
-    allow_partial_start: Annotated[Optional[bool], typer.Option(
-        "--allow-partial-start/--no-allow-partial-start",
-        help="Serve the healthy bundles when one is invalid (env ATTSERVE_ALLOW_PARTIAL_START; default: refuse to start).",
-    )] = None,
-    log_level: Annotated[Optional[str], typer.Option(help="Log level (env ATTSERVE_LOG_LEVEL).")] = None,
-    workers: Annotated[
-        Optional[int], typer.Option(help="Server processes behind the port (env ATTSERVE_WORKERS, default 1).")
-    ] = None,
-) -> None:
-    """Serve the model repository's bundles over HTTP (dynamic batching, Prometheus metrics)."""
+def _serve(**options: object) -> None:
+    """Serve the model repository's bundles over HTTP (dynamic batching, Prometheus metrics).
+
+    Each flag overrides its ATTSERVE_* environment variable (docs/configuration.md lists them all)."""
     from pydantic import ValidationError
 
     from service.logs import configure_logging
@@ -42,9 +32,7 @@ def serve(
     from service.process.server import backlog, build_server, run_server
     from service.settings import Settings
 
-    overrides = {k: v for k, v in dict(host=host, port=port, model_repository=model_repository, models=models,
-                                       device=device, log_level=log_level, workers=workers,
-                                       allow_partial_start=allow_partial_start).items() if v is not None}
+    overrides = {name: value for name, value in options.items() if value is not None}  # None: not given
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -80,6 +68,49 @@ def serve(
 
         sys.exit(run_workers(settings, backlog(settings), shared))
     sys.exit(run_server(server))
+
+
+def _flag_type(annotation: Any) -> Any:
+    """The type typer parses a flag of a field of this annotation as: scalars and a Literal's choices as
+    themselves, anything else (paths, lists, the canary table) as text, which Settings' validators parse
+    as they parse the environment's."""
+    if get_origin(annotation) in (Union, UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        annotation = args[0] if len(args) == 1 else str
+    return annotation if annotation in (bool, int, float) or get_origin(annotation) is Literal else str
+
+
+def _flag_help(doc: Any) -> str:
+    text = f"{doc.description} [env var: {doc.env_var}] [default: {doc.default}]".replace("**", "").replace("`", "")
+    return rich.markup.escape(text) if HAS_RICH else text  # rich would read "[env var: ...]" as markup
+
+
+def _with_setting_flags(run: Callable[..., None]) -> Callable[..., None]:
+    """`run` as a typer command with a flag per setting (service.settings.setting_docs: the flag, its
+    environment variable, default and help come from the field), grouped as docs/configuration.md.
+    A flag not given is None, so the environment or the default stands."""
+    from service.settings import Settings, setting_docs
+
+    params = []
+    for doc in setting_docs():
+        if doc.flag is None:  # env only (a secret): the reason is in docs/configuration.md
+            continue
+        flag_type = _flag_type(Settings.model_fields[doc.name].annotation)
+        names = [f"{doc.flag}/--no-{doc.flag[2:]}"] if flag_type is bool else [doc.flag]
+        option = typer.Option(*names, help=_flag_help(doc), rich_help_panel=doc.group, show_default=False)
+        params.append(inspect.Parameter(doc.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[Optional[flag_type], option]))
+
+    def command(**options: Any) -> None:
+        run(**options)
+
+    command.__name__, command.__qualname__, command.__doc__ = "serve", "serve", run.__doc__
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {param.name: param.annotation for param in params}
+    return command
+
+
+serve = _with_setting_flags(_serve)
 
 
 # Exit codes (README "Configuration"): 2 bad settings, a bad config.json or bundle name, or a
