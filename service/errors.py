@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from core.tasks import TASKS, Task
-from service.settings import Settings
+from service.settings import Settings, env_var
 
 log = logging.getLogger("service.errors")
 
@@ -123,7 +123,7 @@ def setting_env(field: str) -> str:
     """The environment variable of a Settings field: max_body_bytes -> ATTSERVE_MAX_BODY_BYTES."""
     if field not in Settings.model_fields:
         raise KeyError(f"no setting {field!r}")
-    return f"{Settings.model_config['env_prefix']}{field.upper()}"
+    return env_var(field)
 
 
 def set_by(field: str) -> str:
