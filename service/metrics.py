@@ -10,19 +10,54 @@ from __future__ import annotations
 import asyncio
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics,
+                               generate_latest)
+
+# A `_created` series per counter and histogram child (its creation time, which Prometheus does
+# not use) doubled the exposition with lines no dashboard reads: off, process-wide.
+disable_created_metrics()
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _TOKEN_BUCKETS = tuple(float(2**k) for k in range(3, 18))
 # the event loop's lag is sampled this often (seconds)
 LOOP_LAG_INTERVAL_S = 0.05
+# with workers, each worker's process metrics are refreshed this often (seconds)
+PROCESS_SAMPLE_INTERVAL_S = 5.0
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class WorkerProcessMetrics:
+    """prometheus-client's process metrics (`process_*`: CPU seconds, resident and virtual
+    memory, open and max file descriptors, start time) of one worker in multiprocess mode, where
+    a collector only sees the worker that answers the scrape (prometheus-client's multiprocess
+    docs): the ProcessCollector's samples copied into gauges with multiprocess_mode="liveall",
+    one series per live worker, labelled by its pid."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.collector = ProcessCollector(registry=None)
+        self.gauges: dict[str, Gauge] = {}
+        for family in self.collector.collect():
+            for sample in family.samples:
+                self.gauges[sample.name] = Gauge(sample.name, family.documentation, registry=registry,
+                                                 multiprocess_mode="liveall")
+        self.sample()
+
+    def sample(self) -> None:
+        for family in self.collector.collect():
+            for sample in family.samples:
+                if sample.name in self.gauges:
+                    self.gauges[sample.name].set(sample.value)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # this process's CPU, memory and file descriptors (`process_*`); per worker with workers
+        self.worker_process = WorkerProcessMetrics(r) if os.environ.get(MULTIPROC_ENV) else None
+        if self.worker_process is None:
+            ProcessCollector(registry=r)
         self._series: dict[tuple, object] = {}
         self.requests = Counter(
             "attserve_requests", "HTTP requests to the inference endpoints, by status code.",
@@ -130,10 +165,22 @@ async def watch_event_loop(metrics: Metrics, interval_s: float = LOOP_LAG_INTERV
         lag.observe(max(0.0, loop.time() - due))
 
 
+async def sample_worker_process(metrics: Metrics, interval_s: float = PROCESS_SAMPLE_INTERVAL_S) -> None:
+    """With workers, refresh this worker's process metrics forever (a no-op without workers:
+    the ProcessCollector reads them at each scrape)."""
+    if metrics.worker_process is None:
+        return
+    while True:
+        await asyncio.sleep(interval_s)
+        metrics.worker_process.sample()
+
+
 def render(metrics: Metrics) -> bytes:
     """The Prometheus text of this process, or with workers (service.process.workers) of all of them:
     in multiprocess mode the values live in files that any worker can sum."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if metrics.worker_process is not None:
+        metrics.worker_process.sample()  # the answering worker's, current
+    if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()

@@ -20,7 +20,7 @@ from service.http.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.http.cache import ResponseCache
 from service.http.entry import BodyLimitMiddleware, ServiceEntry
 from service.errors import install_error_handlers
-from service.metrics import watch_event_loop
+from service.metrics import sample_worker_process, watch_event_loop
 from service.inference.model_control import ModelControl
 from service.http.oip import router as oip_router
 from service.inference.registry import Service
@@ -85,11 +85,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         controller = asyncio.create_task(control_after_load(), name="model-control")
         trimmer = asyncio.create_task(release_memory(settings.memory_trim_s), name="release-memory")
         lag = asyncio.create_task(watch_event_loop(service.metrics), name="event-loop-lag")
+        process = asyncio.create_task(sample_worker_process(service.metrics), name="process-metrics")
         try:
             yield
         finally:
             trimmer.cancel()
             lag.cancel()
+            process.cancel()
             controller.cancel()
             service.begin_drain()
             if not loader.done():
