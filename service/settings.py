@@ -291,8 +291,8 @@ class _Settings(BaseSettings):
                     "never logged (`SecretStr`); read once at start (`service/http/auth.py`). Compose passes them from "
                     "an `.env` file (docker/README.md), Kubernetes from the optional Secret `attserve-api-keys`.",
         json_schema_extra={**SECURITY, "default_text": "none",
-                           "env_only": "a key on the command line is visible to every user of the host (`ps`); "
-                                       "or `--api-keys-file`"})
+                           "env_only": "a command line is visible to every user of the host (`ps`); use the "
+                                       "variable or `--api-keys-file`"})
     api_keys_file: Path | None = Field(
         None, description="A file of API keys, one per line (`#` starts a comment; a Docker or Kubernetes secret), read "
                           "once at start, added to `ATTSERVE_API_KEYS`.",
@@ -325,8 +325,8 @@ class _Settings(BaseSettings):
                     "repository API needs one of them and no task key opens it (a key that may classify may not "
                     "change the models). Required in explicit mode when `ATTSERVE_API_KEYS` are set.",
         json_schema_extra={**CONTROL, "default_text": "none",
-                           "env_only": "a key on the command line is visible to every user of the host (`ps`); "
-                                       "or `--control-api-keys-file`"})
+                           "env_only": "a command line is visible to every user of the host (`ps`); use the "
+                                       "variable or `--control-api-keys-file`"})
     control_api_keys_file: Path | None = Field(
         None, description="A file of repository API keys, one per line (as `ATTSERVE_API_KEYS_FILE`), added to "
                           "`ATTSERVE_CONTROL_API_KEYS`.",
