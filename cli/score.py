@@ -52,6 +52,9 @@ def score(
     prefix: str = typer.Option("", "--prefix", help="Put before each answer column's name (e.g. pred_)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output and forget an unfinished run."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="The progress bar (rows/s, ETA)."),
+    max_skipped_share: float = typer.Option(0.1, "--max-skipped-share", min=0.0, max=1.0, help="Exit 3 (the output "
+                                            "written all the same) when more than this share of the rows is "
+                                            "skipped, or none is scored."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run on this Ray cluster instead (an address, or 'local' "
                                       "for a cluster started here): a ray.data pipeline, one session per actor."),
     actors: int = typer.Option(1, "--actors", min=1, help="With --ray: scoring actors, each with one onnxruntime "
@@ -60,7 +63,7 @@ def score(
                                      "intra-op threads)."),
 ) -> None:
     """Score a JSONL, CSV or Parquet file with a model, in-process (no server): resumable, bad rows reported and skipped."""
-    from scoring.files import ScoringError
+    from scoring.files import ScoringError, skipped_verdict
 
     missing = [m for m in SCORE_MODULES + (("ray",) if ray else ()) if importlib.util.find_spec(m) is None]
     if missing:
@@ -95,3 +98,7 @@ def score(
                            "errors": str(summary.errors) if summary.errors else None,
                            "resumed_from_row": summary.resumed_from, "seconds": round(summary.seconds, 3),
                            "rows_per_s": round(rows / summary.seconds, 1) if summary.seconds else None}))
+    verdict = skipped_verdict(summary, max_skipped_share)
+    if verdict:
+        typer.echo(f"attserve score: {verdict}", err=True)
+        raise typer.Exit(3)
