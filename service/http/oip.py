@@ -211,6 +211,41 @@ def _metadata(entry: ModelEntry) -> dict:
             "parameters": {"task": config.task, "labels": list(config.labels), "architecture": config.architecture}}
 
 
+# Triton's model-config data_type of each protocol datatype the tensors use
+TRITON_DATA_TYPES = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32", "BOOL": "TYPE_BOOL"}
+
+
+def _config_tensor(tensor: dict) -> dict:
+    """A metadata tensor in Triton's model-config form: `dims` without the batch dimension (the
+    config says max_batch_size > 0); a tensor of one element per example is dims [1] reshaped
+    to [], as Triton writes it."""
+    dims = tensor["shape"][1:]
+    out = {"name": tensor["name"], "data_type": TRITON_DATA_TYPES[tensor["datatype"]], "dims": dims or [1]}
+    if not dims:
+        out["reshape"] = {"shape": []}
+    return out
+
+
+def _model_config(entry: ModelEntry, service: Service) -> dict:
+    """Triton's model configuration (`GET /v2/models/NAME/config`), as far as it maps onto a
+    bundle: its tensors (the metadata's), max_batch_size (the inputs one request may carry),
+    the dynamic batcher's delay, every version served, and the task, labels and architecture
+    as parameters (Triton's string parameters)."""
+    metadata = _metadata(entry)
+    settings = service.settings
+    versions = sorted(service.versions.get(entry.name, {}) or [entry.version], key=version_order)
+    parameters = {**metadata["parameters"], "labels": json.dumps(metadata["parameters"]["labels"]),
+                  "version": entry.version}
+    return {"name": entry.name, "platform": metadata["platform"], "backend": "onnxruntime",
+            "version_policy": {"specific": {"versions": versions}},
+            "max_batch_size": settings.max_inputs_per_request,
+            "input": [_config_tensor(t) for t in metadata["inputs"]],
+            "output": [_config_tensor(t) for t in metadata["outputs"]],
+            "dynamic_batching": {"max_queue_delay_microseconds": int(settings.max_batch_delay_ms * 1000),
+                                 "preferred_batch_size": [settings.max_batch_size]},
+            "parameters": {key: {"string_value": str(value)} for key, value in parameters.items()}}
+
+
 # --- routes -----------------------------------------------------------------------------------
 
 @router.get("", response_model=ServerMetadata)
@@ -226,7 +261,7 @@ async def server_live() -> dict:
 @router.get("/health/ready", response_model=Readiness, responses={400: {"model": Readiness}})
 async def server_ready(request: Request) -> JSONResponse:
     service = _service(request)
-    ready = service.loaded and not service.draining and all(e.status == "ready" for e in service.models.values())
+    ready = service.ready  # the same readiness as /health/ready
     group = request.app.state.worker_group
     ready = ready and (group is None or group.ready_count() >= group.expected)
     return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
@@ -236,6 +271,14 @@ async def server_ready(request: Request) -> JSONResponse:
 @router.get("/models/{name}/versions/{version}", response_model=ModelMetadata, responses=_errors(404))
 async def model_metadata(request: Request, name: str, version: str | None = None) -> dict:
     return _metadata(_entry(request, name, version, ready=False))
+
+
+@router.get("/models/{name}/config", response_model=dict[str, Any], responses=_errors(404))
+@router.get("/models/{name}/versions/{version}/config", response_model=dict[str, Any], responses=_errors(404))
+async def model_config(request: Request, name: str, version: str | None = None) -> dict:
+    """The model's configuration in Triton's model-config JSON (name, platform, max_batch_size,
+    input and output with data_type and dims, version_policy, dynamic_batching, parameters)."""
+    return _model_config(_entry(request, name, version, ready=False), _service(request))
 
 
 @router.get("/models/{name}/ready", response_model=ModelReadiness,

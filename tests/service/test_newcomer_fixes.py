@@ -74,3 +74,33 @@ def test_process_metrics_with_workers_are_one_series_per_live_worker(tmp_path):
     multiprocess.mark_process_dead(int(first), str(tmp_path))
     _, text = worker("render")
     assert (("pid", first),) not in metric_samples(text, "process_resident_memory_bytes")
+
+
+def test_triton_model_config_maps_the_metadata(service_bundles):
+    """GET /v2/models/NAME/config (and its versioned form): Triton's model-config JSON, with the
+    metadata's tensors less their batch dimension, Triton's data types and the request limit as
+    max_batch_size; an unknown model is the protocol's 404."""
+    settings = Settings(model_repository=service_bundles, max_inputs_per_request=48, max_batch_delay_ms=2)
+    answers = get_all(settings, ["/v2/models/fever", "/v2/models/fever/config", "/v2/models/nli",
+                                 "/v2/models/nli/config", "/v2/models/nope/config"])
+    (fever_meta, fever, nli_meta, nli, unknown) = answers
+    assert [a.status_code for a in answers] == [200, 200, 200, 200, 404]
+    assert "nope" in unknown.json()["error"]
+    triton_type = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32", "BOOL": "TYPE_BOOL"}
+    for meta, config in ((fever_meta.json(), fever.json()), (nli_meta.json(), nli.json())):
+        assert config["name"] == meta["name"] and config["platform"] == "onnxruntime_onnx"
+        assert config["max_batch_size"] == 48
+        assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 2000
+        assert config["version_policy"] == {"specific": {"versions": meta["versions"]}}
+        for side, tensors in (("input", meta["inputs"]), ("output", meta["outputs"])):
+            assert [t["name"] for t in config[side]] == [t["name"] for t in tensors]
+            for tensor, configured in zip(tensors, config[side]):
+                assert configured["data_type"] == triton_type[tensor["datatype"]]
+                assert configured["dims"] == (tensor["shape"][1:] or [1])
+    scores = next(t for t in nli.json()["output"] if t["name"] == "scores")
+    assert scores["dims"] == [len(nli_meta.json()["parameters"]["labels"])]
+    evidence = next(t for t in fever.json()["input"] if t["name"] == "evidence")
+    assert evidence["dims"] == [-1]
+    version = nli_meta.json()["versions"][0]
+    (versioned, wrong) = get_all(settings, [f"/v2/models/nli/versions/{version}/config", "/v2/models/nli/versions/x9/config"])
+    assert versioned.json() == nli.json() and wrong.status_code == 404
