@@ -104,3 +104,32 @@ def test_triton_model_config_maps_the_metadata(service_bundles):
     version = nli_meta.json()["versions"][0]
     (versioned, wrong) = get_all(settings, [f"/v2/models/nli/versions/{version}/config", "/v2/models/nli/versions/x9/config"])
     assert versioned.json() == nli.json() and wrong.status_code == 404
+
+
+def test_tokenize_writes_its_answer_off_the_event_loop(service_bundles, monkeypatch):
+    """/tokenize's answer (5.9 MB for many long texts) is written in a worker thread, not on
+    the event loop's: the render is replaced by one that records its thread."""
+    import threading
+
+    from service.http import tokenize
+
+    threads = []
+    real = tokenize.ANSWER_JSON
+
+    class Recording:
+        def dump_json(self, document):
+            threads.append(threading.get_ident())
+            return real.dump_json(document)
+
+    monkeypatch.setattr(tokenize, "ANSWER_JSON", Recording())
+
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles)) as (_, client):
+            loop_thread = threading.get_ident()
+            answer = await client.post("/tokenize", json={"inputs": [{"premise": "a man plays", "hypothesis": "music"}],
+                                                          "model": "nli"})
+            return loop_thread, answer
+    loop_thread, answer = asyncio.run(scenario())
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["results"][0]["fields"]["premise"]["count"] == 3
+    assert threads and loop_thread not in threads
