@@ -94,6 +94,12 @@ def test_csv_rows_that_cannot_be_read_are_skipped_by_line(tmp_path):
     assert "not UTF-8" in reasons[3]
     assert "characters" in reasons[4]  # read, then refused by the service's text limit
     assert "3 fields, the header has 2" in reasons[5]
+    # a resumed run skips the lines the first chunks consumed, a quoted newline included
+    first_five = list(read_csv(path, 0, 1, checker()))[:5]  # a row each: lines 2, 3, 4, 5 and 6-7
+    skip = sum(chunk.consumed for chunk in first_five)
+    assert skip == 6
+    rest = read_all(read_csv(path, skip, 1, checker()))
+    assert rest == ([8], [], 1)
     with_limit = read_all(read_csv(path, 0, 2, checker(), max_row_bytes=1 << 20))[1]
     assert dict(with_limit)[4].startswith("a line over 1048576 bytes")
 
