@@ -97,18 +97,18 @@ class ModelControl:
         its state (READY, LOADING, UNAVAILABLE) and the reason when it is not ready or its last
         reload failed; a bundle on disk that is not loaded is UNAVAILABLE, "unloaded"."""
         rows: dict[tuple[str, str], dict[str, str]] = {}
-        refusals: dict[tuple[str, str], str] = {}  # why a version on disk may not be (re)loaded
+        refused: dict[tuple[str, str], str] = {}  # a version whose files may not be read as they lie
         for bundle in self.on_disk():
             refusal = self._refusal(bundle.name, bundle)
-            if refusal:
-                refusals[(bundle.name, bundle.version)] = public_message(refusal, self.service.repositories)
-            reason = refusals.get((bundle.name, bundle.version)) or \
+            if bundle.error is not None:
+                refused[(bundle.name, bundle.version)] = public_message(bundle.error, self.service.repositories)
+            reason = public_message(refusal, self.service.repositories) if refusal else \
                 self._unavailable.get((bundle.name, bundle.version), "unloaded")
             rows[(bundle.name, bundle.version)] = {"name": bundle.name, "version": bundle.version,
                                                    "state": "UNAVAILABLE", "reason": reason}
         for name in self.service.versions:
             for row in self.service.version_index(name):
-                reason = row["reason"] or refusals.get((name, row["version"]), "")
+                reason = row["reason"] or refused.get((name, row["version"]), "")
                 rows[(name, row["version"])] = {"name": name, "version": row["version"], "state": row["state"],
                                                 "reason": reason}
         return [rows[k] for k in sorted(rows, key=lambda k: (k[0], version_order(k[1])))]
@@ -197,14 +197,14 @@ class ModelControl:
                 continue  # a second folder of this version: refused with the first (refuse_layouts)
             versions_seen.add(bundle.version)
             current = served.get(bundle.version)
-            error = self._refusal(name, bundle)
-            if error is None and current is not None and current.fingerprint == bundle.fingerprint \
+            if bundle.error is None and current is not None and current.fingerprint == bundle.fingerprint \
                     and current.path == bundle.path and (current.status == "ready" or not retry):
                 current.reason = None  # what serves is what is on disk: an earlier refusal no longer holds
                 self._rejected.pop((name, bundle.version), None)
                 continue  # unchanged (or, polled, failed already with these very files)
             if not retry and self._rejected.get((name, bundle.version)) == bundle.fingerprint:
                 continue
+            error = self._refusal(name, bundle)
             entry = None
             if error is None:
                 entry = ModelEntry(name, bundle.path, bundle.config, version=bundle.version,

@@ -309,7 +309,8 @@ class Service:
         # a typo or an empty repository always stops start-up; a broken bundle unless allowed
         broken = [e for e in self.all_entries() if e.status == "failed"]
         if broken and not problems and not self.settings.allow_partial_start:
-            raise StartupError("cannot start: " + "; ".join(e.error or e.name for e in broken) +
+            # dict.fromkeys: one reason shared by several folders (one name and version in two) said once
+            raise StartupError("cannot start: " + "; ".join(dict.fromkeys(e.error or e.name for e in broken)) +
                                " (set ATTSERVE_ALLOW_PARTIAL_START=true to serve the healthy bundles anyway)")
         if problems:
             raise StartupError("cannot start: " + "; ".join(problems))

@@ -154,7 +154,7 @@ def test_several_repositories_are_served_side_by_side(service_bundles, tmp_path)
     assert {n: m["status"] for n, m in models.items()} == {"topic": "ready", "nli": "ready"}
     # the same name in two repositories is refused (start-up stops without partial start)
     copy_repository(service_bundles, tmp_path / "third", ["topic"])
-    with pytest.raises(StartupError, match="already used"):
+    with pytest.raises(StartupError, match="model 'topic' version 'test-4' is in 2 folders"):
         _discover(model_repository=f"{first},{tmp_path / 'third'}")
 
 

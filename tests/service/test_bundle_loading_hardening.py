@@ -236,7 +236,7 @@ def test_reasons_never_show_file_content_links_out_or_server_paths(repository, t
     shutil.copytree(repository / "nli", leaky)
     config = json.loads((leaky / "config.json").read_text())
     (leaky / "config.json").write_text(json.dumps({**config, "name": "leaky", "api_token": secret, "task": secret}))
-    linked = repository / "linked"
+    linked = tmp_path / "linked"  # put in the repository once it serves (links are followed at start only)
     shutil.copytree(repository / "nli", linked)
     (linked / "config.json").write_text(json.dumps({**config, "name": "linked"}))
     outside = tmp_path / "outside.onnx"
@@ -249,23 +249,24 @@ def test_reasons_never_show_file_content_links_out_or_server_paths(repository, t
     async def scenario():
         async with running_app(settings(repository, model_control_mode="explicit", allow_partial_start=True)) \
                 as (app, client):
+            linked.rename(repository / "linked")
             reads = []
             real_read = registry.read_config
             monkeypatch.setattr(registry, "read_config", lambda path: reads.append(path) or real_read(path))
             indexes = [await client.post("/v2/repository/index") for _ in range(2)]
-            return (indexes, reads, await client.post("/v2/repository/models/leaky/load"),
+            return (indexes, list(reads), await client.post("/v2/repository/models/leaky/load"),
                     await client.post("/v2/repository/models/linked/load"),
                     await client.post("/v2/repository/models/nothing/load"))
 
     indexes, reads, leaky_load, linked_load, missing = asyncio.run(scenario())
     rows = index_rows(indexes[0])
     assert indexes[0].json() == indexes[1].json()
-    assert reads == []  # every config.json parsed at start and unchanged since: none read again
+    assert reads == [repository / "linked" / "config.json"]  # the new bundle's, once: the rest were parsed at start
     assert "bytes, over the 1048576 a bundle config may hold" in rows[("huge", "1")]["reason"]
     for text in (indexes[0].text, leaky_load.text):
         assert "api_token: Extra inputs are not permitted" in text and secret not in text
     assert linked_load.status_code == 400 and "outside the model repository" in linked_load.json()["error"]
-    assert rows[("linked", "test-1")]["state"] != "READY" or "outside" in rows[("linked", "test-1")]["reason"]
+    assert rows[("linked", "test-1")]["state"] == "UNAVAILABLE" and "outside" in rows[("linked", "test-1")]["reason"]
     assert missing.status_code == 404 and "no bundle of model 'nothing'" in missing.json()["error"]
     for answer in (*indexes, leaky_load, linked_load, missing):
         assert str(tmp_path) not in answer.text
