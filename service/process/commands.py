@@ -13,9 +13,8 @@ import sys
 from types import UnionType
 from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args, get_origin
 
-import rich.markup
 import typer
-from typer.core import HAS_RICH
+import typer.core
 
 log = logging.getLogger("service.process.commands")
 
@@ -82,7 +81,11 @@ def _flag_type(annotation: Any) -> Any:
 
 def _flag_help(doc: Any) -> str:
     text = f"{doc.description} [env var: {doc.env_var}] [default: {doc.default}]".replace("**", "").replace("`", "")
-    return rich.markup.escape(text) if HAS_RICH else text  # rich would read "[env var: ...]" as markup
+    if not getattr(typer.core, "HAS_RICH", True):  # TYPER_USE_RICH=0: click's plain help
+        return text
+    from rich.markup import escape  # typer's rich help would read "[env var: ...]" as markup
+
+    return escape(text)
 
 
 def _with_setting_flags(run: Callable[..., None]) -> Callable[..., None]:
