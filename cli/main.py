@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import shlex
 import sys
 from typing import Callable
 
@@ -137,7 +138,8 @@ def needs_training_extra(command: str, fn: Callable) -> Callable:
         missing = missing_training_modules(TRAINING_COMMANDS.get(command.split()[0], TRAINING_MODULES))
         if missing:
             typer.echo(
-                f"attserve {command} needs the training extra: pip install -e '.[train]' "
+                # the running interpreter's pip: a bare `pip` may be the system's, not the venv's
+                f"attserve {command} needs the training extra: {shlex.quote(sys.executable)} -m pip install -e '.[train]' "
                 f"(or make install-dev); not importable here: {', '.join(missing)}",
                 err=True,
             )

@@ -6,12 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-# what the command imports beyond the serving install: `pip install -e '.[score]'` ('.[ray]' for --ray)
+# what the command imports beyond the serving install: `.venv/bin/pip install -e '.[score]'` ('.[ray]' for --ray)
 SCORE_MODULES = ("pyarrow", "tqdm")
 
 
@@ -68,8 +70,9 @@ def score(
     missing = [m for m in SCORE_MODULES + (("ray",) if ray else ()) if importlib.util.find_spec(m) is None]
     if missing:
         extra = "ray" if ray else "score"
-        typer.echo(f"attserve score needs pip install -e '.[{extra}]'; not importable here: {', '.join(missing)}",
-                   err=True)
+        # the running interpreter's pip: a bare `pip` may be the system's, not the venv's
+        typer.echo(f"attserve score needs {shlex.quote(sys.executable)} -m pip install -e '.[{extra}]'; not importable "
+                   f"here: {', '.join(missing)}", err=True)
         raise typer.Exit(2)
     from service.settings import Settings
 

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import logging
 import random
+import shlex
+import sys
 import threading
 import time
 from contextvars import ContextVar
@@ -154,9 +156,10 @@ class Tracing:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
         except ImportError as exc:
+            # the running interpreter's pip: a bare `pip` may be the system's, not the venv's
             raise RuntimeError("ATTSERVE_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed: "
-                               "pip install 'attserve[tracing]' (opentelemetry-sdk, "
-                               f"opentelemetry-exporter-otlp-proto-http): {exc}") from None
+                               f"{shlex.quote(sys.executable)} -m pip install -e '.[tracing]' in the checkout "
+                               f"(opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http): {exc}") from None
         url = traces_url(settings.otlp_endpoint)
         # each export (its retries included) gives up after otlp_timeout_s (the SDK's default: 10 s)
         exporter = OTLPSpanExporter(endpoint=url, timeout=settings.otlp_timeout_s)

@@ -5,6 +5,7 @@ torch is missing."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -107,7 +108,9 @@ def test_training_commands_need_the_extra_in_one_line(argv):
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr  # no traceback
-    assert lines[0].startswith(f"attserve {argv[0]} needs the training extra: pip install -e '.[train]'")
+    # the running interpreter's pip, not a bare `pip` (maybe the system's)
+    assert lines[0].startswith(f"attserve {argv[0]} needs the training extra: {shlex.quote(sys.executable)} -m pip "
+                               "install -e '.[train]'")
     assert "make install-dev" in lines[0] and "torch" in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
 
@@ -126,7 +129,8 @@ def test_bundle_commands_need_the_extra_in_one_line(argv):
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"attserve bundle {argv[0]} needs the training extra: pip install -e '.[train]'")
+    assert lines[0].startswith(f"attserve bundle {argv[0]} needs the training extra: {shlex.quote(sys.executable)} "
+                               "-m pip install -e '.[train]'")
     assert "Traceback" not in result.stderr + result.stdout
     assert (ROOT / "model_repository" / "bbc-act" / "config.json").read_bytes() == config
 

@@ -133,3 +133,31 @@ def test_tokenize_writes_its_answer_off_the_event_loop(service_bundles, monkeypa
     assert answer.status_code == 200, answer.text
     assert answer.json()["results"][0]["fields"]["premise"]["count"] == 3
     assert threads and loop_thread not in threads
+
+
+def test_missing_extras_name_the_running_interpreters_pip(monkeypatch, tmp_path):
+    """A message that asks for an extra names `<this python> -m pip` (a bare `pip` may be the
+    system's, not the venv's): tracing's and `attserve score`'s (the training commands':
+    tests/process/test_cli_guards.py)."""
+    import importlib.util
+    import shlex
+    import sys
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from service.tracing import Tracing
+
+    pip = f"{shlex.quote(sys.executable)} -m pip install -e '.["
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(RuntimeError) as refused:
+        Tracing.from_settings(Settings(otlp_endpoint="http://127.0.0.1:4318"))
+    assert pip + "tracing]'" in str(refused.value)
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else find_spec(name, *a))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "a"}\n')
+    result = CliRunner().invoke(app, ["score", str(rows), "-o", str(tmp_path / "out.jsonl"), "--model", "bbc-act"])
+    assert result.exit_code == 2
+    assert pip + "score]'" in result.output, result.output
