@@ -6,6 +6,8 @@ autocast, DataLoader workers, fused optimizer as `attserve train` chooses them p
         [--steps 40] [--warmup 5] [--threads 0] [--json bench/results/train-speed/cpu.json]
     python -m bench.train_speed RECIPE --data-dir training-pack --device cpu --ab-precision 8 --steps 4
         # fp32 against bf16 autocast, 8 interleaved rounds of 4 steps each
+    python -m bench.train_speed RECIPE --device cpu --vectors glove-6b-100d --vectors wordllama-256
+        # the recipe once per vector set (training.embeddings), embedding_dim set to the set's width
 
 Per recipe: its data (from a training pack with --data-dir, else from the sources as `attserve
 train` reads them), the vocabulary built from the whole train split (the embedding tables and
@@ -43,9 +45,21 @@ class Prepared:
     new_network: Callable[[], tuple[Any, list, Any]]  # -> (network, trainable params, optimizer)
 
 
-def prepare(recipe_path: Path, device: str, data_dir: Path | None, batches_needed: int, threads: int) -> Prepared:
+def with_vectors(recipe: Any, vectors: str) -> Any:
+    """The recipe starting from another vector set: [embeddings] vectors and [model] embedding_dim."""
+    from training.embeddings import vectors_width
+
+    fields = recipe.model_dump()
+    fields["embeddings"]["vectors"] = vectors
+    fields["model"]["embedding_dim"] = vectors_width(vectors)
+    return type(recipe).model_validate(fields)
+
+
+def prepare(recipe_path: Path, device: str, data_dir: Path | None, batches_needed: int, threads: int,
+            vectors: str | None = None) -> Prepared:
     """The recipe's data (pack or sources), its vocabulary from the whole train split (the tables
-    and the optimizer state have their real size) and `batches_needed` length-bucketed batches."""
+    and the optimizer state have their real size) and `batches_needed` length-bucketed batches.
+    `vectors`: train from that vector set instead of the recipe's (`with_vectors`)."""
     import numpy as np
     import torch
 
@@ -58,6 +72,8 @@ def prepare(recipe_path: Path, device: str, data_dir: Path | None, batches_neede
                                   load_vectors, make_optimizer, recipe_tokenizer, resolve_device, seed_everything)
 
     recipe = load_recipe(recipe_path)
+    if vectors is not None:
+        recipe = with_vectors(recipe, vectors)
     cfg = recipe.train
     target = resolve_device(device)
     threads = threads or available_cores()
@@ -91,14 +107,14 @@ def prepare(recipe_path: Path, device: str, data_dir: Path | None, batches_neede
 
 
 def measure(recipe_path: Path, device: str, data_dir: Path | None, steps: int, warmup: int, threads: int,
-            precision: str = "auto", compile_forward: bool = False) -> dict[str, Any]:
+            precision: str = "auto", compile_forward: bool = False, vectors: str | None = None) -> dict[str, Any]:
     """Items/s of `steps` training steps of the recipe on `device` (after `warmup` steps)."""
     import torch
 
     from training.acceleration import autocast_dtype, compile_network, loader_workers
     from training.trainer import LoopState, train_one_epoch
 
-    ready = prepare(recipe_path, device, data_dir, steps + warmup, threads)
+    ready = prepare(recipe_path, device, data_dir, steps + warmup, threads, vectors)
     cfg, target = ready.recipe.train, ready.device
     network, params, optimizer = ready.new_network()
     if compile_forward:
@@ -115,6 +131,8 @@ def measure(recipe_path: Path, device: str, data_dir: Path | None, steps: int, w
     return {
         "recipe": ready.recipe.name,
         "architecture": ready.recipe.model.architecture,
+        "vectors": ready.recipe.embeddings.vectors if ready.recipe.embeddings.glove else None,
+        "embedding_dim": ready.recipe.model.overrides.get("embedding_dim"),
         "device": str(target),
         "gpu": torch.cuda.get_device_name(target) if target.type == "cuda" else None,
         "threads": ready.threads,
@@ -177,6 +195,7 @@ def main(
     precision: Annotated[str, typer.Option(help="auto (bf16 on CUDA), fp32 or bf16.")] = "auto",
     compile_forward: Annotated[bool, typer.Option("--compile", help="Also time torch.compile'd forward (CUDA).")] = False,
     ab_precision: Annotated[int, typer.Option("--ab-precision", min=0, help="Instead: fp32 against bf16 autocast, this many interleaved rounds of --steps steps each.")] = 0,
+    vectors: Annotated[Optional[list[str]], typer.Option("--vectors", help="Measure each recipe once per vector set (training.embeddings names, '+' joins), embedding_dim set to its width.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results to this JSON file.")] = None,
 ) -> None:
     """Training items/s of each recipe on each device."""
@@ -196,11 +215,12 @@ def main(
                            f"({result['steps_each']} steps each, {result['threads']} threads)")
                 continue
             variants = [False, True] if compile_forward and name == "cuda" else [False]
-            for compiled in variants:
-                result = measure(path, name, data_dir, steps, warmup, threads, precision, compiled)
+            for compiled, vector_set in ((c, v) for c in variants for v in (vectors or [None])):
+                result = measure(path, name, data_dir, steps, warmup, threads, precision, compiled, vector_set)
                 results.append(result)
                 typer.echo(f"{result['recipe']:24s} {result['device']:6s} {'compiled ' if compiled else ''}"
-                           f"{result['items_per_s']:9.1f} items/s  {result['ms_per_step']:8.2f} ms/step  "
+                           + (f"{vector_set} " if vector_set else "")
+                           + f"{result['items_per_s']:9.1f} items/s  {result['ms_per_step']:8.2f} ms/step  "
                            f"epoch {result['epoch_minutes']:7.2f} min ({result['train_examples']:,} examples)"
                            + (f"  {result['gpu']}" if result["gpu"] else f"  {result['threads']} threads"), err=False)
     if json_out is not None:

@@ -178,3 +178,18 @@ def test_recipe_takes_the_set_names() -> None:
     assert EmbeddingsSection(vectors="glove-6b-100d+wordllama-256").vectors == "glove-6b-100d+wordllama-256"
     with pytest.raises(ValidationError, match="spacy-md-300"):  # the message lists the known sets
         EmbeddingsSection(vectors="spacy-lg")
+
+
+def test_train_speed_puts_a_vector_set_into_a_recipe() -> None:
+    from bench.train_speed import with_vectors
+    from training.recipes import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "paraphrase-attconv.toml")
+    wider = with_vectors(recipe, "glove-6b-100d+wordllama-256")
+    assert wider.embeddings.vectors == "glove-6b-100d+wordllama-256" and wider.model.overrides["embedding_dim"] == 356
+    before, after = recipe.model_dump(), wider.model_dump()
+    for fields in (before, after):  # nothing else changes
+        fields["embeddings"].pop("vectors"), fields["model"].pop("embedding_dim")
+    assert before == after
+    with pytest.raises(ValueError, match="unknown vectors"):
+        with_vectors(recipe, "glove-6b-300d")
