@@ -9,8 +9,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Serving only: onnxruntime, tokenizers, fastapi, ... and no torch.
+# pip's own lines (one per package, a bar per download) are the progress: no -q.
 $(VENV)/.serve: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	@echo "== serving dependencies into $(VENV): onnxruntime, tokenizers, fastapi, pydantic, prometheus-client (275 MB installed; about a minute)"
+	$(BIN)/pip install -e .
 	touch $@
 
 # Training, export and tests. torch==2.13.0 first, from PyTorch's CPU wheel index (~200 MB; PyPI's
@@ -21,14 +23,17 @@ $(VENV)/.serve: pyproject.toml | $(BIN)/python
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_PROBE = $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' $(TORCH_INDEX)/torch/
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
+	@echo "== step 1 of 2: torch==2.13.0, CPU build (a 192 MB download, 754 MB installed; about a minute)"
 	@if $(TORCH_INDEX_PROBE) >/dev/null 2>&1; then \
 		echo "torch==2.13.0 from $(TORCH_INDEX)"; \
-		$(BIN)/pip install -q --index-url $(TORCH_INDEX) torch==2.13.0 || $(BIN)/pip install -q torch==2.13.0; \
+		$(BIN)/pip install --index-url $(TORCH_INDEX) torch==2.13.0 || $(BIN)/pip install torch==2.13.0; \
 	else \
 		echo "$(TORCH_INDEX) cannot be reached: torch==2.13.0 from pip's configured index"; \
-		$(BIN)/pip install -q torch==2.13.0; \
+		$(BIN)/pip install torch==2.13.0; \
 	fi
-	$(BIN)/pip install -q -e '.[train,dev]'
+	@echo "== step 2 of 2: attserve with the training and test extras (onnx, onnxruntime, scikit-learn, pytest, ...; 1.8 GB in the venv with torch; one to two minutes)"
+	$(BIN)/pip install -e '.[train,dev]'
+	@echo "== $(VENV) ready: run its commands as $(BIN)/attserve, $(BIN)/python -m pytest (or make shell)"
 	touch $@
 
 install-serve: $(VENV)/.serve
@@ -42,7 +47,8 @@ test: $(VENV)/.dev
 
 # the slow set also runs `attserve score --ray` on a local Ray cluster: the ray extra (~300 MB)
 $(VENV)/.ray: $(VENV)/.dev
-	$(BIN)/pip install -q -e '.[ray]'
+	@echo "== the ray extra (about 300 MB; 15 s from a package mirror)"
+	$(BIN)/pip install -e '.[ray]'
 	touch $@
 
 test-slow: $(VENV)/.dev $(VENV)/.ray
@@ -65,7 +71,7 @@ reproduce: $(VENV)/.dev
 
 # Full benchmark against the default models (needs their checkpoints for the PyTorch figures).
 bench: $(VENV)/.dev
-	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/pip install -e '.[bench]'
 	$(BIN)/attserve bench --mode full --checkpoints checkpoints
 
 # A shell with the venv's commands (attserve, python, pytest) on PATH.
