@@ -94,7 +94,8 @@ def resolved_compose(*profiles: str) -> dict:
 def test_compose_file_is_valid_and_wires_the_stack():
     config = resolved_compose()
     services = config["services"]
-    assert set(services) == {"api", "proxy", "prometheus", "grafana"}, "the gpu service must stay behind its profile"
+    assert set(services) == {"api", "proxy", "prometheus", "grafana", "jaeger"}, \
+        "the gpu service must stay behind its profile"
 
     api = services["api"]
     assert api["build"]["dockerfile"] == "docker/Dockerfile"
@@ -126,6 +127,12 @@ def test_compose_file_is_valid_and_wires_the_stack():
     for mounted in mounts.values():
         assert mounted.exists(), f"{mounted} is mounted but missing"
 
+    # the api's traces go to the trace backend's OTLP/HTTP port on the compose network (docs/tracing.md)
+    jaeger = services["jaeger"]
+    assert api["environment"]["ATTSERVE_OTLP_ENDPOINT"] == "http://jaeger:4318"
+    assert "4318" in jaeger["expose"] and jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    assert [port["target"] for port in jaeger["ports"]] == [16686]  # the UI only, on the host
+
 
 def test_compose_stack_is_locked_down():
     """Localhost-only ports unless opted in, read-only containers without
@@ -139,7 +146,7 @@ def test_compose_stack_is_locked_down():
         for port in service.get("ports", []):
             assert port["host_ip"] == "127.0.0.1", (name, port)
     published = {name for name, service in services.items() if service.get("ports")}
-    assert published == {"proxy", "prometheus", "grafana"}
+    assert published == {"proxy", "prometheus", "grafana", "jaeger"}
     proxy = services["proxy"]
     assert proxy["depends_on"]["api"]["condition"] == "service_healthy"
     assert _bind_sources(proxy)["/etc/nginx/nginx.conf"] == REPO / "docker" / "nginx" / "nginx.conf"
@@ -219,7 +226,7 @@ def test_images_install_dependencies_from_a_hashed_lock(lock):
 
 def test_compose_gpu_profile_reserves_a_gpu():
     services = resolved_compose("gpu")["services"]
-    assert set(services) == {"api", "api-gpu", "proxy", "prometheus", "grafana"}
+    assert set(services) == {"api", "api-gpu", "proxy", "prometheus", "grafana", "jaeger"}
     gpu = services["api-gpu"]
     assert gpu["build"]["dockerfile"] == "docker/Dockerfile.gpu"
     assert gpu["environment"]["ATTSERVE_DEVICE"] == "cuda"
