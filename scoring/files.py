@@ -637,9 +637,9 @@ def input_column_names(path: Path, fmt: str) -> list[str] | None:
 
 
 def checked_arguments(input_path: Path, output: Path, fmt: str, task: Task, labels: list[str],
-                      columns: dict[str, str], prefix: str) -> tuple[dict[str, str], list[str] | None]:
-    """The task field -> column mapping and the input's columns, refused before any work where
-    the run could not be right."""
+                      columns: dict[str, str], prefix: str) -> dict[str, str]:
+    """The task field -> column mapping, refused before any work where the run could not be
+    right."""
     mapping = task_columns(task, columns)
     names = input_column_names(input_path, fmt)
     if names is not None:
@@ -653,7 +653,7 @@ def checked_arguments(input_path: Path, output: Path, fmt: str, task: Task, labe
     if collide:
         raise ScoringError(f"the answer's {collide} would overwrite input columns of the same name; pass --prefix "
                            "(e.g. --prefix pred_)")
-    return mapping, names
+    return mapping
 
 
 def open_reader(fmt: str, input_path: Path, skip: int, chunk_rows: int, check: RowChecker,
@@ -763,15 +763,22 @@ class ChunkWriter:
         if self.bar is not None:
             self.bar.update(chunk.consumed)
 
-    def finish(self, columns: list[str]) -> None:
-        """The output made whole: Parquet's parts joined; a CSV that no row reached gets its
-        header (`columns`) all the same."""
+    def finish(self, task: Task, labels: list[str]) -> None:
+        """The output made whole: Parquet's parts joined; an output that no row reached gets
+        the columns (CSV: the header) of one that did all the same."""
+        import pyarrow as pa
+
         if self.fmt == "parquet":
-            _join_parts(self.parts_dir, self.output, self.state["parts"])
+            import pyarrow.parquet as pq
+
+            schema = pq.ParquetFile(self.input_path).schema_arrow
+            _join_parts(self.parts_dir, self.output, self.state["parts"],
+                        pa.schema(list(schema) + answer_fields(task, labels, self.prefix)))
         elif self.fmt == "csv" and self.state["output_bytes"] == 0:
-            import pyarrow as pa
             import pyarrow.csv as pacsv
 
+            columns = input_column_names(self.input_path, "csv") + expected_answer_columns(task, labels, self.prefix,
+                                                                                            flat=True)
             empty = pa.Table.from_arrays([pa.array([], pa.string()) for _ in columns], names=columns)
             pacsv.write_csv(empty, self.out_fh)
             _fsync(self.out_fh)
@@ -825,7 +832,7 @@ async def _score_file(input_path: Path, output: Path, bundle: Path, *, columns: 
     check_not_input(input_path, output)
     config = load_bundle(bundle).config
     task = TASKS[config.task]
-    mapping, names = checked_arguments(input_path, output, fmt, task, config.labels, columns, prefix)
+    mapping = checked_arguments(input_path, output, fmt, task, config.labels, columns, prefix)
     limits = Settings()  # the HTTP service's own limits for one input
     identity = {"input": str(input_path.resolve()), "model": bundle.name, "version": config.version,
                 "columns": mapping, "prefix": prefix, "format": fmt, "max_row_bytes": max_row_bytes,
@@ -856,7 +863,7 @@ async def _score_file(input_path: Path, output: Path, bundle: Path, *, columns: 
         writer = ChunkWriter(input_path, output, fmt, prefix, progress, bar)
         chunks = open_reader(fmt, input_path, state["rows_read"], chunk_rows, check, max_row_bytes)
         await score_chunks(engine, chunks, writer, batch_size)
-        writer.finish((names or []) + expected_answer_columns(task, config.labels, prefix, flat=True))
+        writer.finish(task, config.labels)
     finally:
         if bar is not None:
             bar.close()
@@ -903,8 +910,23 @@ def _collisions(chunk: Chunk, fmt: str, answer: dict, prefix: str) -> list[str]:
     return sorted(name for name in flat_answer(answer, prefix) if name in taken)
 
 
-def _join_parts(parts_dir: Path, output: Path, count: int) -> None:
-    """The part files, in order, as one Parquet file (row group by row group: never all in memory)."""
+def answer_fields(task: Task, labels: list[str], prefix: str) -> list[Any]:
+    """The answer's Parquet columns with the types answer_columns gives them, for an output
+    that no row reached (a reranker's `scores` and `evidence_scores` are lists)."""
+    import pyarrow as pa
+
+    types = {"label": pa.string(), "model": pa.string(), "truncated": pa.bool_(), "unknown_token_share": pa.float64()}
+    fields = []
+    for name in expected_answer_columns(task, labels, prefix, flat=True):
+        key = name[len(prefix):]
+        fields.append(pa.field(name, types.get(key, pa.float64() if key.startswith("scores.") else
+                                               pa.list_(pa.float64()))))
+    return fields
+
+
+def _join_parts(parts_dir: Path, output: Path, count: int, empty_schema: Any) -> None:
+    """The part files, in order, as one Parquet file (row group by row group: never all in
+    memory); no part: a file of no rows with `empty_schema`."""
     import pyarrow.parquet as pq
 
     tmp = output.with_name(output.name + ".tmp")
@@ -918,9 +940,7 @@ def _join_parts(parts_dir: Path, output: Path, count: int) -> None:
                     writer = pq.ParquetWriter(tmp, table.schema)
                 writer.write_table(table)
         if writer is None:  # no row scored
-            import pyarrow as pa
-
-            pq.write_table(pa.table({}), tmp)
+            pq.write_table(empty_schema.empty_table(), tmp)
     finally:
         if writer is not None:
             writer.close()

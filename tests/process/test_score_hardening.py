@@ -98,6 +98,20 @@ def test_a_run_that_scored_nothing_exits_3_shows_what_to_send_and_writes_the_hea
     assert (tmp_path / "one.csv").read_text().splitlines()[0] == output.read_text().splitlines()[0]
 
 
+def test_a_parquet_output_that_no_row_reached_has_the_columns_of_one_that_did(service_bundles, tmp_path):
+    import pyarrow.parquet as pq
+
+    rows = claim_rows(6, lambda i: ["paris is the capital of france ."])
+    for name, claims in (("none", [" "] * 6), ("one", [" "] * 5 + ["paris is in france ."])):
+        write_input(tmp_path / f"{name}.parquet", [{**r, "claim": c} for r, c in zip(rows, claims)])
+        summary = score_file(tmp_path / f"{name}.parquet", tmp_path / f"{name}.out.parquet", service_bundles / "fever",
+                             prefix="p_", progress_bar=False)
+        assert summary.scored == (name == "one")
+    empty, one = pq.read_schema(tmp_path / "none.out.parquet"), pq.read_schema(tmp_path / "one.out.parquet")
+    assert "p_evidence_scores" in empty.names and "p_scores.REFUTES" in empty.names
+    assert empty.equals(one, check_metadata=False), (empty, one)
+
+
 def test_more_skipped_than_the_allowed_share_exits_3(service_bundles, tmp_path):
     rows = pair_rows(10)
     for i in (2, 5, 7):
