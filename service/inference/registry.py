@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import gc
 import itertools
 import logging
@@ -89,12 +88,10 @@ def fingerprint(path: Path) -> tuple:
 VERSION_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-@functools.lru_cache(maxsize=1024)
-def _config_of(path: Path, signature: tuple) -> tuple[BundleConfig | None, str | None]:
-    try:
-        return read_config(path), None
-    except BundleError as exc:
-        return None, str(exc)
+# config.json path -> (its file's signature, what reading it gave): the last read of each file only,
+# so a file changed a thousand times holds one entry (a cache keyed on the signature would keep all)
+_CONFIGS: dict[Path, tuple[tuple, tuple[BundleConfig | None, str | None]]] = {}
+_MAX_CONFIGS_KEPT = 4096
 
 
 def config_on_disk(path: Path) -> tuple[BundleConfig | None, str | None]:
@@ -107,7 +104,18 @@ def config_on_disk(path: Path) -> tuple[BundleConfig | None, str | None]:
         return None, f"{path}: not readable ({exc.strerror or type(exc).__name__})"
     if stat.st_size > MAX_CONFIG_BYTES:
         return None, f"{path}: {stat.st_size} bytes, over the {MAX_CONFIG_BYTES} a bundle config may hold"
-    return _config_of(path, (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    signature = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    cached = _CONFIGS.get(path)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    try:
+        result: tuple[BundleConfig | None, str | None] = (read_config(path), None)
+    except BundleError as exc:
+        result = (None, str(exc))
+    if len(_CONFIGS) >= _MAX_CONFIGS_KEPT:  # folders come and go: forget them all now and then
+        _CONFIGS.clear()
+    _CONFIGS[path] = (signature, result)
+    return result
 
 
 @dataclass(frozen=True)
