@@ -70,7 +70,7 @@ def test_every_operation_against_its_schema(case, live_server):
 def test_schema_covers_every_endpoint(live_server):
     paths = httpx.get(f"{live_server.base}/openapi.json").json()["paths"]
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
-        f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer")}
+        f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer", "/config")}
     tasks = {task.endpoint for task in TASKS.values()}  # every task of the registry (core.tasks)
     assert set(paths) == tasks | {"/health/live", "/health/ready", "/v1/models", "/metrics", "/tokenize", "/zero-shot"} | v2
     assert {"/classify", "/entailment", "/verify", "/rerank", "/paraphrase"} <= tasks

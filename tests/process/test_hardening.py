@@ -563,6 +563,8 @@ ROUTE_REQUESTS = {
     "/v2/models/{name}/versions/{version}/ready": ("GET", "/v2/models/nli/versions/test-1/ready", None),
     "/v2/models/{name}/infer": ("POST", "/v2/models/nli/infer", NLI_INFER),
     "/v2/models/{name}/versions/{version}/infer": ("POST", "/v2/models/nli/versions/test-1/infer", NLI_INFER),
+    "/v2/models/{name}/config": ("GET", "/v2/models/nli/config", None),
+    "/v2/models/{name}/versions/{version}/config": ("GET", "/v2/models/nli/versions/test-1/config", None),
     "/ui": ("GET", "/ui", None), "/ui/{path}": ("GET", "/ui/ui.js", None),
 }
 HEALTH = {"/health/live", "/health/ready", "/v2/health/live", "/v2/health/ready"}
