@@ -248,7 +248,8 @@ for _task in TASKS.values():
 
 # the routes outside the OpenAPI schema, which gives every other route's description
 _UNLISTED_ROUTES = {"GET /ui": "a page to try the models and see their explanations (\"explain\": true)",
-                    "GET /openapi.json": "the OpenAPI schema of this API"}
+                    "GET /openapi.json": "the OpenAPI schema of this API",
+                    "GET /docs": "the API's interactive documentation (Swagger UI)", "GET /redoc": "the API's documentation (ReDoc)"}
 
 
 def _route_summary(app: Any, line: str) -> str:
