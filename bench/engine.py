@@ -51,12 +51,10 @@ def summary_ms(durations: list[float]) -> dict:
 def load_runtime(bundle: Path, threads: int, device: str = "cpu"):
     """The service's runtime of `bundle`: on the CPU, or (device "cuda") on CUDA with the
     service's default CUDA provider options (service.settings)."""
-    from service.inference.runtime import CPU, ModelRuntime, requested_providers
+    from service.inference import runtime
     from service.settings import Settings
 
-    if device == "cpu":
-        return ModelRuntime.load(bundle, [CPU], threads)
-    return ModelRuntime.load(bundle, requested_providers(device), threads, Settings().cuda_provider_options())
+    return runtime.load_runtime(bundle, Settings(device=device), threads)
 
 
 def service_items(runtime, examples: list) -> list:

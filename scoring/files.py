@@ -463,11 +463,10 @@ def engine_settings(repository: Path, batch_size: int, threads: int) -> Settings
 def load_engine_parts(bundle: Path, threads: int, batch_size: int, device: str = "cpu") -> tuple[Any, Settings]:
     """The service's runtime of `bundle`, warmed up as the service warms it (service.inference.engine.warm_up)."""
     from service.inference.engine import warm_up
-    from service.inference.runtime import CPU, ModelRuntime, requested_providers
+    from service.inference.runtime import load_runtime
 
     settings = engine_settings(bundle.parent, batch_size, threads)
-    providers = [CPU] if device == "cpu" else requested_providers(device)
-    runtime = ModelRuntime.load(bundle, providers, threads, settings.cuda_provider_options())
+    runtime = load_runtime(bundle, settings.model_copy(update={"device": device}), threads)
     warm_up(runtime, settings)
     return runtime, settings
 

@@ -34,7 +34,7 @@ from core.tasks import TASKS
 from service.inference.engine import Engine, warm_up
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, excerpt
 from service.metrics import Metrics
-from service.inference.runtime import DeviceUnavailable, ModelRuntime, requested_providers
+from service.inference.runtime import DeviceUnavailable, ModelRuntime, load_runtime, requested_providers
 from service.settings import Settings
 
 log = logging.getLogger("service.inference.registry")
@@ -396,8 +396,7 @@ class Service:
         is left as it was."""
         threads = self.session_threads(entry)
         try:
-            runtime = await asyncio.to_thread(ModelRuntime.load, entry.path, self.providers, threads,
-                                              self.settings.cuda_provider_options())
+            runtime = await asyncio.to_thread(load_runtime, entry.path, self.settings, threads)
             if runtime.config != entry.config:  # the entry's name, version and task are the config read first
                 return f"{entry.path / CONFIG_FILE}: changed between the repository scan and the load; load it again"
             seconds = await asyncio.to_thread(warm_up, runtime, self.settings)

@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -25,6 +25,9 @@ from tokenizers import Tokenizer
 from core.bundle import Bundle, BundleError, check_output_width, read_bundle
 from core.tasks import TASKS, TEXT_FIELD_OF_INPUT
 from core.tokenization import TextEncoder, fill_2d, fill_3d
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 log = logging.getLogger("service.inference.runtime")
 
@@ -57,6 +60,14 @@ def requested_providers(device: str) -> list[str]:
             )
         return [CUDA, CPU]
     return [CUDA, CPU] if CUDA in available else [CPU]
+
+
+def load_runtime(bundle: str | Path, settings: Settings, threads: int | None = None) -> "ModelRuntime":
+    """The runtime of `bundle` as the service builds one, for every caller (the registry,
+    `attserve score`, the benchmarks): the providers `settings.device` asks for, their CUDA
+    options, `threads` intra-op threads (None: Settings.threads_per_model(1))."""
+    threads = settings.threads_per_model(1) if threads is None else threads
+    return ModelRuntime.load(bundle, requested_providers(settings.device), threads, settings.cuda_provider_options())
 
 
 def length_buckets(max_length: int, smallest: int = MIN_LENGTH_BUCKET) -> list[int]:

@@ -270,3 +270,35 @@ def test_reasons_never_show_file_content_links_out_or_server_paths(repository, t
     assert missing.status_code == 404 and "no bundle of model 'nothing'" in missing.json()["error"]
     for answer in (*indexes, leaky_load, linked_load, missing):
         assert str(tmp_path) not in answer.text
+
+
+def test_the_service_scoring_and_bench_build_a_runtime_the_same_way(service_bundles, tmp_path, monkeypatch):
+    """service.inference.runtime.load_runtime is the one place a bundle becomes a runtime: the
+    registry, `attserve score` (scoring.files) and the benchmarks (bench.engine) all go through it,
+    with the providers of the device asked for and the threads given."""
+    from bench import engine as bench_engine
+    from scoring import files as scoring_files
+    from service.inference import registry
+    from service.inference import runtime as runtime_module
+
+    built = []
+    real = runtime_module.load_runtime
+
+    def spy(bundle, settings, threads=None):
+        runtime = real(bundle, settings, threads)
+        built.append((Path(bundle).name, settings.device, runtime.provider, runtime.threads))
+        return runtime
+
+    monkeypatch.setattr(runtime_module, "load_runtime", spy)
+    monkeypatch.setattr(registry, "load_runtime", spy)
+    bench_engine.load_runtime(service_bundles / "nli", 2)
+    scoring_files.load_engine_parts(service_bundles / "topic", 1, 4)
+    repo = copy_repository(service_bundles, tmp_path / "repo", ["sentiment"])
+    asyncio.run(_start_and_stop(settings(repo, device="cpu", intra_op_threads=3)))
+    assert built == [("nli", "cpu", "CPUExecutionProvider", 2), ("topic", "cpu", "CPUExecutionProvider", 1),
+                     ("sentiment", "cpu", "CPUExecutionProvider", 3)]
+
+
+async def _start_and_stop(service_settings: Settings) -> None:
+    async with running_app(service_settings):
+        pass
