@@ -154,7 +154,10 @@ def unquoted_excerpt(value: str) -> str:
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
                    path: str = "", extra: dict[str, Any] | None = None) -> JSONResponse:
     """The task API's error body (`extra`: more fields beside code and message); under /v2 the
-    Open Inference Protocol's `{"error": "..."}`."""
+    Open Inference Protocol's `{"error": "..."}`, with the same `code` beside it under
+    /v2/repository (tritonclient shows the string; an object there breaks its exception)."""
+    if path.startswith("/v2/repository/"):
+        return JSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
     if path == "/v2" or path.startswith("/v2/"):
         return JSONResponse({"error": message}, status_code=status, headers=headers)
     return JSONResponse({"error": {"code": code, "message": message, **(extra or {})}}, status_code=status,

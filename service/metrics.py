@@ -106,6 +106,10 @@ class Metrics:
             "attserve_model_load_failures", "Bundles that failed to load while serving (model control): the "
             "version that served before serves on.", ["model"], registry=r,
         )
+        self.control_log_skipped = Counter(
+            "attserve_model_control_log_skipped", "Entries of the workers' control log (explicit mode) passed "
+            "without being applied: unreadable (empty, not a change) or failed unexpectedly.", ["reason"], registry=r,
+        )
         self.version_requests = Counter(
             "attserve_version_requests", "Requests to the inference endpoints by the model version that "
             "answered (compare a canary with the default), by status code.",

@@ -287,7 +287,15 @@ class VersionInfo(BaseModel):
     state: Literal["READY", "LOADING", "UNAVAILABLE"] = Field(description="as the repository index says it "
                                                              "(Triton's states)")
     reason: str = Field("", description="why it is unavailable, or why its last reload failed while it serves on")
-    default: bool = Field(False, description="the version a request naming none runs on")
+    default: bool = Field(False, description="the version a request naming none runs on (the rest of them, "
+                          "beside a canary; never the canary while another version is ready)")
+    traffic: float = Field(0.0, description="the share of the requests naming no version this version answers")
+
+
+class CanaryInfo(BaseModel):
+    version: str
+    share: float = Field(description="its share of the requests naming no version (0: loaded, staged, no traffic)")
+    rest: str | None = Field(None, description="the version that takes the rest of them (the default)")
 
 
 class ModelInfo(BaseModel):
@@ -300,6 +308,8 @@ class ModelInfo(BaseModel):
     version: str | None = Field(None, description="the version this entry describes: the one a request naming "
                                 "none runs on")
     versions: list[VersionInfo] = Field(default_factory=list, description="every version of the model, oldest first")
+    canary: CanaryInfo | None = Field(None, description="the version that takes a share of the requests naming no "
+                                      "version (the default takes the rest); null: none")
     description: str = ""
     labels: list[str] = Field(default_factory=list)
     provider: str | None = Field(None, description="onnxruntime execution provider actually running the model")

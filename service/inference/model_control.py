@@ -23,15 +23,18 @@ every worker has applied it, so the index and /health/ready agree across workers
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
 import re
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter, ValidationError
+
+from core.tasks import TASKS
 from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from service.errors import ServiceError, excerpt
 from service.inference.registry import BundleOnDisk, ModelEntry, Service, bundles_on_disk, public_message, version_order
@@ -54,6 +57,52 @@ class ModelNotInRepository(ServiceError):
 class LoadFailed(ServiceError):
     # Triton answers a failed load 400
     status, code = 400, "load_failed"
+
+
+class WouldRemoveDefault(ServiceError):
+    # the request is well formed but would take a task's default away: said, not done
+    status, code = 409, "would_remove_default"
+
+
+class ChangeNotApplied(ServiceError):
+    # the change is in the workers' log, but not every live worker applied it in time
+    status, code = 504, "change_not_applied"
+
+
+# --- changes, as the workers' log holds them (and the repository API takes their parts) --------
+
+Share = Annotated[float, Field(strict=True, ge=0, le=1)]  # strict: "0.5" and true are refused
+
+
+class CanaryShare(BaseModel):
+    """`share` of the requests for a model that name no version go to `version`; None: no canary."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: StrictStr | None
+    share: Share = 0.0
+
+
+class LoadChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["load"]
+    name: str = Field(pattern=MODEL_NAME.pattern)
+    canary: CanaryShare | None = None  # set before the load publishes anything: staged from its first request
+
+
+class UnloadChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["unload"]
+    name: str = Field(pattern=MODEL_NAME.pattern)
+    version: StrictStr | None = None  # None: every version
+
+
+class CanaryChange(CanaryShare):
+    action: Literal["canary"]
+    name: str = Field(pattern=MODEL_NAME.pattern)
+
+
+Change = Annotated[LoadChange | UnloadChange | CanaryChange, Field(discriminator="action")]
+CHANGE = TypeAdapter(Change)
 
 
 def inside(path: Path, roots: list[Path]) -> bool:
@@ -81,10 +130,12 @@ class ModelControl:
         self._not_allowed: set[str] = set()
         # draining old loads (kept so they are not collected mid-drain)
         self._retiring: set[asyncio.Task] = set()
-        self.canary: dict[str, tuple[str, float]] = dict(self.settings.canary)
         self._log_dir = group.dir.parent / "control" if group is not None else None
         self._group = group
         self._applied = 0  # the last log entry this worker applied
+        if self.mode == "explicit" and not self.settings.control_api_keys:
+            log.warning("the repository API is open: any client that reaches the port may load and unload models "
+                        "(set ATTSERVE_CONTROL_API_KEYS)")
 
     # --- the repository ---------------------------------------------------------------------
 
@@ -110,40 +161,68 @@ class ModelControl:
             for row in self.service.version_index(name):
                 reason = row["reason"] or refused.get((name, row["version"]), "")
                 rows[(name, row["version"])] = {"name": name, "version": row["version"], "state": row["state"],
-                                                "reason": reason}
+                                                "reason": reason, "traffic": row["traffic"]}
         return [rows[k] for k in sorted(rows, key=lambda k: (k[0], version_order(k[1])))]
 
     # --- changes ------------------------------------------------------------------------------
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, canary: CanaryShare | None = None) -> None:
         """Load model `name` from the repository, or reload it: every version on disk is loaded
         if new or changed, every version no longer on disk unloaded; what did not change keeps
-        serving untouched. LoadFailed when a version could not be loaded (the old one serves)."""
+        serving untouched. LoadFailed when a version could not be loaded (the old one serves).
+        With `canary`, that version takes that share from its first request (0: staged, no traffic)."""
         self._check_name(name)
-        await self._change({"action": "load", "name": name})
+        if canary is not None and canary.version not in {b.version for b in self.on_disk(name)}:
+            raise ModelNotInRepository(f"model {name!r} has no version {excerpt(str(canary.version))} in the "
+                                       "repository to load as a canary")
+        await self._change(LoadChange(action="load", name=name, canary=canary))
 
-    async def unload(self, name: str) -> None:
-        """Stop serving model `name` (every version): new requests for it get 422 unknown_model,
-        the ones queued finish."""
+    async def unload(self, name: str, version: str | None = None, force: bool = False) -> None:
+        """Stop serving model `name` (`version` of it only, when given): new requests for it get
+        422 unknown_model, the ones queued finish. WouldRemoveDefault, unless `force`, when it
+        would take the last ready version of its task's default model."""
         self._check_name(name)
-        if name not in self.service.versions:
+        versions = self.service.versions.get(name)
+        if not versions:
             raise ModelNotInRepository(f"model {name!r} is not loaded")
-        await self._change({"action": "unload", "name": name})
+        if version is not None and version not in versions:
+            raise ModelNotInRepository(f"model {name!r} has no version {excerpt(version)} loaded; its versions: "
+                                       f"{sorted(versions, key=version_order)}")
+        if not force:
+            self._refuse_removing_default(name, version)
+        await self._change(UnloadChange(action="unload", name=name, version=version))
+
+    def _refuse_removing_default(self, name: str, version: str | None) -> None:
+        entry = self.service.models.get(name)
+        task = entry.task if entry is not None else None
+        if task is None or self.service.default_name(task) != name:
+            return
+        left = [e for v, e in self.service.versions[name].items() if v != version and e.status == "ready"]
+        if version is not None and left:
+            return
+        others = sorted(n for n, e in self.service.models.items() if n != name and e.task == task)
+        after = (f"another {task} model ({others[0]}) would become the default" if others and
+                 not self.settings.default_model(task) else
+                 f"{task} would have no model: {TASKS[task].endpoint} answers 404 and /health/ready 503")
+        what = f"version {version!r} is the last ready version of {name!r}" if version is not None else \
+            f"{name!r} is the default {task} model"
+        raise WouldRemoveDefault(f"{what}: unloading it, {after}; send {{\"parameters\": {{\"force\": true}}}} "
+                                 "to unload it anyway")
 
     async def set_canary(self, name: str, version: str | None, share: float) -> None:
-        """Send `share` of the requests for `name` that name no version to `version` (None or a
-        share of 0: none)."""
+        """Send `share` of the requests for `name` that name no version to `version` (share 0:
+        staged, none; version None: no canary, the newest ready version takes them all)."""
         self._check_name(name)
         if version is not None and version not in self.service.versions.get(name, {}):
             raise ModelNotInRepository(f"model {name!r} has no version {excerpt(version)} loaded")
-        await self._change({"action": "canary", "name": name, "version": version, "share": share})
+        await self._change(CanaryChange(action="canary", name=name, version=version, share=share))
 
     def _check_name(self, name: str) -> None:
         if not MODEL_NAME.fullmatch(name):
             raise ModelNotInRepository(f"{excerpt(name)} is not a model name (a bundle's name: a-z, 0-9, '.', '_', "
                                        "'-'; no path)")
 
-    async def _change(self, change: dict[str, Any]) -> None:
+    async def _change(self, change: LoadChange | UnloadChange | CanaryChange) -> None:
         if self._log_dir is None:
             async with self._lock:
                 await self._apply(change)
@@ -151,40 +230,73 @@ class ModelControl:
         # several workers: the change goes through the shared log, and is answered once all applied it
         number = await asyncio.to_thread(self._append, change)
         async with self._lock:
-            error = None
-            for at, entry in await asyncio.to_thread(self._pending):
-                try:
-                    await self._apply(entry)
-                except ServiceError as exc:
-                    if at == number:
-                        error = exc
-                self._mark_applied(at)
+            error = await self._apply_pending(number)
         await self._wait_for_workers(number)
         if error is not None:
             raise error
 
-    async def _apply(self, change: dict[str, Any]) -> None:
-        name = change["name"]
-        if change["action"] == "unload":
-            for entry in list(self.service.versions.get(name, {}).values()):
-                self._remove(entry)
-            self.service.versions.pop(name, None)
-            self.service.publish()
-            log.info("model unloaded", extra={"model": name})
-        elif change["action"] == "canary":
-            if change["version"] is None or change["share"] <= 0:
-                self.canary.pop(name, None)
-            else:
-                self.canary[name] = (change["version"], float(change["share"]))
-            log.info("canary", extra={"model": name, "version": change["version"], "share": change["share"]})
+    async def _apply_pending(self, mine: int | None = None) -> ServiceError | None:
+        """Apply the log entries this worker has not applied yet, in order; an entry that fails
+        is reported and passed (the log never stops at one). The error of entry `mine`."""
+        error = None
+        for at, change in await asyncio.to_thread(self._pending):
+            try:
+                if change is not None:
+                    await self._apply(change)
+            except ServiceError as exc:
+                if at == mine:
+                    error = exc
+                else:
+                    log.warning("change from the workers' log failed here too", extra={"detail": exc.message})
+            except Exception:
+                log.exception("change from the workers' log failed", extra={"change": at})
+                self.metrics.control_log_skipped.labels(reason="failed").inc()
+                if at == mine:
+                    error = ServiceError(f"the change failed on this worker (entry {at} of the workers' log; "
+                                         "the log says why)")
+            self._mark_applied(at)
+        return error
+
+    async def _apply(self, change: LoadChange | UnloadChange | CanaryChange) -> None:
+        name = change.name
+        if isinstance(change, UnloadChange):
+            self._unload(name, change.version)
+        elif isinstance(change, CanaryChange):
+            self._set_canary(name, change.version, change.share)
         else:
             bundles = self.on_disk(name)
             if not bundles:
                 raise ModelNotInRepository(f"no bundle of model {name!r} in the repository "
                                            f"({', '.join(r.resolve().name for r in self.service.repositories)}; ATTSERVE_MODEL_REPOSITORY)")
+            before = self.service.canary.get(name)
+            if change.canary is not None:  # before any new version is published
+                self._set_canary(name, change.canary.version, change.canary.share)
             failures = await self._sync(name, bundles, retry=True)
+            if change.canary is not None and change.canary.version not in self.service.versions.get(name, {}):
+                self._set_canary(name, *(before or (None, 0.0)))  # it did not load: as before
             if failures:
                 raise LoadFailed(f"model {name!r}: " + "; ".join(failures))
+
+    def _unload(self, name: str, version: str | None) -> None:
+        versions = self.service.versions.get(name, {})
+        for gone in [version] if version is not None else list(versions):
+            if gone in versions:
+                self._remove(versions.pop(gone))
+        if not versions:
+            self.service.versions.pop(name, None)
+        canary = self.service.canary.get(name)
+        if canary is not None and canary[0] not in versions:
+            self.service.canary.pop(name)
+        self.service.publish()
+        log.info("model unloaded", extra={"model": name, "version": version or "all"})
+
+    def _set_canary(self, name: str, version: str | None, share: float) -> None:
+        if version is None:
+            self.service.canary.pop(name, None)
+        else:
+            self.service.canary[name] = (version, float(share))
+        self.service.publish()  # the canary version is no model's default while it is one
+        log.info("canary", extra={"model": name, "version": version, "share": share})
 
     async def _sync(self, name: str, bundles: list[BundleOnDisk], retry: bool) -> list[str]:
         """Make the served versions of `name` those on disk. The reasons of the versions that
@@ -315,38 +427,46 @@ class ModelControl:
             while True:
                 await asyncio.sleep(LOG_POLL_S)
                 async with self._lock:
-                    for at, change in await asyncio.to_thread(self._pending):
-                        try:
-                            await self._apply(change)
-                        except ServiceError as exc:
-                            log.warning("change from the workers' log failed here too", extra={"detail": exc.message})
-                        self._mark_applied(at)
+                    await self._apply_pending()
 
     # --- the workers' log -----------------------------------------------------------------------
 
-    def _append(self, change: dict[str, Any]) -> int:
+    def _append(self, change: LoadChange | UnloadChange | CanaryChange) -> int:
+        """Write `change` as the next entry of the log; its number. Written whole to a temporary
+        file, then linked under its number (a link, unlike a rename, fails when another worker
+        took that number): no worker ever reads a half-written entry."""
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        while True:
-            numbers = [int(p.stem) for p in self._log_dir.glob("*.json") if p.stem.isdigit()]
-            number = max(numbers, default=0) + 1
-            try:
-                fd = os.open(self._log_dir / f"{number:08d}.json", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                continue  # another worker took that number
+        fd, staged = tempfile.mkstemp(dir=self._log_dir, prefix=".staged-")
+        try:
             with os.fdopen(fd, "w") as f:
-                json.dump(change, f)
-            return number
+                f.write(change.model_dump_json())
+            while True:
+                numbers = [int(p.stem) for p in self._log_dir.glob("*.json") if p.stem.isdigit()]
+                number = max(numbers, default=0) + 1
+                try:
+                    os.link(staged, self._log_dir / f"{number:08d}.json")
+                except FileExistsError:
+                    continue  # another worker took that number
+                return number
+        finally:
+            os.unlink(staged)
 
-    def _pending(self) -> list[tuple[int, dict[str, Any]]]:
+    def _pending(self) -> list[tuple[int, LoadChange | UnloadChange | CanaryChange | None]]:
+        """The entries after the last one applied here, in order; None for one that cannot be
+        read (empty, not JSON, not a change: written by hand or by an older writer that died
+        mid-write), which is logged, counted and passed."""
         if not self._log_dir.is_dir():
             return []
-        out = []
+        out: list[tuple[int, LoadChange | UnloadChange | CanaryChange | None]] = []
         for path in sorted(self._log_dir.glob("*.json")):
             if path.stem.isdigit() and int(path.stem) > self._applied:
                 try:
-                    out.append((int(path.stem), json.loads(path.read_text())))
-                except (OSError, ValueError):
-                    break  # being written: the rest waits for the next look
+                    out.append((int(path.stem), CHANGE.validate_json(path.read_bytes())))
+                except (OSError, ValidationError) as exc:
+                    log.error("unreadable entry of the workers' control log skipped",
+                              extra={"entry": path.name, "error": str(exc).splitlines()[0]})
+                    self.metrics.control_log_skipped.labels(reason="unreadable").inc()
+                    out.append((int(path.stem), None))
         return out
 
     def _mark_applied(self, number: int) -> None:
@@ -354,13 +474,21 @@ class ModelControl:
         (self._log_dir / f"applied-{os.getpid()}").write_text(str(number))
 
     async def _wait_for_workers(self, number: int) -> None:
+        """Return once every live worker applied entry `number`; ChangeNotApplied past
+        WORKERS_WAIT_S (never an answer that says a change is done when it is not)."""
         deadline = time.monotonic() + WORKERS_WAIT_S
-        while time.monotonic() < deadline:
+        while True:
             live = await asyncio.to_thread(self._live_applied)
-            if len(live) >= self._group.expected and min(live) >= number:
+            if len(live) >= self._group.expected and min(live, default=number) >= number:
                 return
+            if time.monotonic() >= deadline:
+                break
             await asyncio.sleep(LOG_POLL_S / 2)
-        log.warning("workers did not all apply a change in time", extra={"change": number})
+        behind = sum(1 for n in live if n < number) + max(0, self._group.expected - len(live))
+        log.error("workers did not all apply a change in time", extra={"change": number, "behind": behind})
+        raise ChangeNotApplied(f"{behind} of {self._group.expected} workers did not apply the change within "
+                               f"{WORKERS_WAIT_S:g} s (entry {number} of the workers' log): the workers may "
+                               "answer differently until they do; the index says what each one serves")
 
     def _live_applied(self) -> list[int]:
         """The last entry each live worker applied."""
@@ -382,19 +510,13 @@ class ModelControl:
     # --- canary -----------------------------------------------------------------------------
 
     def pick(self, name: str, default: ModelEntry) -> ModelEntry:
-        """The entry a request for `name` naming no version runs on: the default, except with a
-        canary, which takes its share of them, the rest going to the newest other ready version
-        (the default, unless the canary is the newest)."""
-        canary = self.canary.get(name)
-        if canary is None:
+        """The entry a request for `name` naming no version runs on: the default (never the
+        canary while another version is ready: Service.publish), except with a canary, which
+        takes its share of them."""
+        canary = self.service.canary.get(name)
+        if canary is None or canary[1] <= 0:
             return default
-        versions = self.service.versions.get(name, {})
-        chosen = versions.get(canary[0])
+        chosen = self.service.versions.get(name, {}).get(canary[0])
         if chosen is None or chosen.status != "ready":
             return default
-        if random.random() < canary[1]:
-            return chosen
-        if default is not chosen:
-            return default
-        others = [e for e in versions.values() if e is not chosen and e.status == "ready"]
-        return max(others, key=lambda e: version_order(e.version)) if others else default
+        return chosen if random.random() < canary[1] else default

@@ -41,12 +41,26 @@ def test_tritonclient_drives_explicit_mode_and_both_workers_follow(service_bundl
             ("fever", "1", "READY"), ("fever", "2", "READY"), ("nli", "test-1", "READY")}
         assert client.is_model_ready("fever", "1") and client.is_model_ready("fever")
 
-        client.unload_model("fever")
+        r = httpx.post(server.base + "/v2/repository/models/fever/unload", json={"version": "1"}, timeout=60)
+        assert r.status_code == 200, r.text
+        for answer in fresh_connections(server.base):  # both workers unloaded version 1 only
+            fever = next(m for m in answer.json()["models"] if m["name"] == "fever")
+            assert [v["version"] for v in fever["versions"]] == ["2"]
+
+        # fever is the verification default: tritonclient hears the refusal (the protocol's string)
+        with pytest.raises(InferenceServerException, match='"force": true'):
+            client.unload_model("fever")
+        r = httpx.post(server.base + "/v2/repository/models/fever/unload", json={"force": True}, timeout=60)
+        assert r.status_code == 200, r.text
         for answer in fresh_connections(server.base):
             assert "fever" not in {m["name"] for m in answer.json()["models"]}
         assert not client.is_model_ready("fever")
         assert {(m["name"], m["state"], m["reason"]) for m in client.get_model_repository_index()
                 if m["name"] == "fever"} == {("fever", "UNAVAILABLE", "unloaded")}
+
+        # every worker (fresh connections): verification lost its model
+        ready = [httpx.get(server.base + "/health/ready", timeout=10) for _ in range(4)]
+        assert {r.status_code for r in ready} == {503} and "verification" in ready[0].json()["error"]["message"]
 
         shutil.rmtree(repo / "fever" / "2")
         client.load_model("fever")
