@@ -289,10 +289,9 @@ async def ready(request: Request) -> Any:
     if service.draining:
         raise ShuttingDown("the server is shutting down")
     statuses = {name: e.status for name, e in sorted(service.models.items())}
-    if not service.ready:
-        if not service.models and service.loaded:
-            raise NotReady("no model could be loaded", headers={"Retry-After": "5"})
-        raise NotReady(f"models not ready: {statuses}", headers={"Retry-After": "5"})
+    reason = service.unready_reason()
+    if reason is not None:
+        raise NotReady(reason, headers={"Retry-After": "5"})
     group = request.app.state.worker_group
     if group is not None and (ready := group.ready_count()) < group.expected:
         raise NotReady(f"workers ready: {ready} of {group.expected}", headers={"Retry-After": "5"})
@@ -313,6 +312,8 @@ async def list_models(request: Request) -> Any:
     for name, e in sorted(service.models.items()):
         info: dict[str, Any] = {"name": name, "status": e.status, "error": e.public_error,
                                 "versions": service.version_index(name)}
+        if name in service.canary and service.canary[name][0] in service.versions.get(name, {}):
+            info["canary"] = {"version": service.canary[name][0], "share": service.canary[name][1], "rest": e.version}
         if e.config is not None:
             c = e.config
             info.update(task=c.task, architecture=c.architecture, version=e.version, description=c.description,

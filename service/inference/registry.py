@@ -246,6 +246,11 @@ class Service:
         # the entry a request naming no version runs on, given the default (a canary's share:
         # service.inference.model_control); None: the default
         self.pick: Callable[[str, ModelEntry], ModelEntry] | None = None
+        # name -> (version, share): the canary of a model (ATTSERVE_CANARY; the repository API
+        # changes it). Its version is not the model's default while another version is ready.
+        self.canary: dict[str, tuple[str, float]] = dict(settings.canary)
+        # every task a model was served for: one left without a model holds /health/ready at 503
+        self.tasks_served: set[str] = set()
         # set when a bundle failed to load and partial start-up is not allowed; `attserve serve`
         # stops the server through on_fatal and exits non-zero
         self.fatal: str | None = None
@@ -333,11 +338,24 @@ class Service:
 
     def version_index(self, name: str) -> list[dict]:
         """Each version of model `name`, oldest first: its state, why it is not ready (or why
-        its last reload failed while it serves on), and whether it is the default."""
+        its last reload failed while it serves on), whether it is the default (it takes the
+        requests naming no version that a canary does not) and the share of those it takes."""
         default = self.models.get(name)
+        shares = self.traffic(name)
         return [{"version": e.version, "state": e.state, "reason": e.reason or e.public_error or "",
-                 "default": e is default}
+                 "default": e is default, "traffic": shares.get(e.version, 0.0)}
                 for e in sorted(self.versions.get(name, {}).values(), key=lambda e: version_order(e.version))]
+
+    def traffic(self, name: str) -> dict[str, float]:
+        """version -> the share of the requests for `name` naming no version it answers."""
+        default = self.models.get(name)
+        if default is None or default.status != "ready":
+            return {}
+        version, share = self.canary.get(name, ("", 0.0))
+        canary = self.versions.get(name, {}).get(version)
+        if canary is None or canary is default or canary.status != "ready" or share <= 0:
+            return {default.version: 1.0}
+        return {default.version: round(1.0 - share, 6), version: share}
 
     def publish(self) -> None:
         """Recompute `models`, what requests naming no version run on: each model's newest ready
@@ -348,8 +366,11 @@ class Service:
             if not versions:
                 continue
             ordered = sorted(versions.values(), key=lambda e: version_order(e.version), reverse=True)
-            published[name] = next((e for e in ordered if e.status == "ready"), ordered[0])
+            canary = self.canary.get(name, ("",))[0]
+            published[name] = next((e for e in ordered if e.status == "ready" and e.version != canary),
+                                   next((e for e in ordered if e.status == "ready"), ordered[0]))
         self.models = published
+        self.tasks_served |= {e.task for e in published.values() if e.task is not None and e.status != "failed"}
 
     def _fail(self, entry: ModelEntry, message: str) -> None:
         entry.status, entry.error = "failed", message
@@ -425,8 +446,26 @@ class Service:
 
     @property
     def ready(self) -> bool:
-        return (self.loaded and not self.draining and bool(self.models)
-                and all(e.status == "ready" for e in self.models.values()))
+        return self.unready_reason() is None
+
+    def unready_reason(self) -> str | None:
+        """Why the service is not ready (/health/ready and the protocol's say it), None when it
+        is: every model loaded and warm, and every task it served still has a model."""
+        if self.draining:
+            return "the server is shutting down"
+        if not self.loaded:
+            loading = ", ".join(f"{n}: {e.status}" for n, e in sorted(self.models.items()))
+            return "models not loaded yet" + (f" ({loading})" if loading else "")
+        if not self.models:
+            return "no model is loaded"
+        waiting = {n: e.status for n, e in sorted(self.models.items()) if e.status != "ready"}
+        if waiting:
+            return f"models not ready: {waiting}"
+        orphaned = sorted(t for t in self.tasks_served if self.default_name(t) not in self.models)
+        if orphaned:
+            return (f"no model serves {', '.join(orphaned)} any more (unloaded): its endpoint answers 404 until a "
+                    "model of it is loaded")
+        return None
 
     # --- routing ------------------------------------------------------------------------
 
@@ -434,6 +473,9 @@ class Service:
         """The model a request of `task` that names none runs on, and why it is that one."""
         wanted = self.settings.default_model(task)
         if wanted:
+            # once unloaded it is no default (its task's requests get 404, not 422 for a model gone)
+            if self.discovered and wanted not in self.models:
+                return None, None
             return wanted, f"set by ATTSERVE_DEFAULT_{task.upper()}_MODEL"
         candidates = sorted((e for e in self.models.values() if e.task == task and e.status != "failed"),
                             key=lambda e: e.name)
