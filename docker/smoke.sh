@@ -6,13 +6,15 @@
 #   2. A local Debian bookworm base with Python 3.11 (debootstrap, once per machine), standing
 #      in for python:3.11-slim-bookworm; docker/Dockerfile built on it, and a Prometheus image
 #      built on it from Debian's package (docker/prometheus/Dockerfile.local).
-#   3. `podman-compose up api prometheus` with docker-compose.yml itself (plus
-#      docker/smoke/compose.override.yml: the api's port published, the local Prometheus image),
+#   3. `podman-compose up api prometheus jaeger` with docker-compose.yml itself (plus
+#      docker/smoke/compose.override.yml: the api's port published, the local Prometheus image,
+#      the api image's OTLP sink standing in for jaegertracing/all-in-one),
 #      so the api runs under exactly the hardening compose sets; checked from podman inspect
 #      and /proc inside the container against `docker-compose config` of docker-compose.yml.
 #   4. Ready, each task answered, uid 10001, the HEALTHCHECKs, no torch in the image;
 #      Prometheus scrapes the api (up == 1, attserve_requests_total == the requests sent);
-#      SIGTERM drains with exit 0 within compose's stop_grace_period.
+#      SIGTERM drains with exit 0 within compose's stop_grace_period; a traced request's
+#      answer names its trace (traceresponse) and its spans reach http://jaeger:4318.
 # Idempotent: the base and the layers stay cached between runs; leftovers of an interrupted run
 # are removed first. Exit status non-zero with a `SMOKE FAIL: ...` line when any check fails.
 set -euo pipefail
@@ -107,8 +109,8 @@ run build-prometheus podman build --format docker --network host -f docker/prome
 
 # --- the compose pair --------------------------------------------------------------------------
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-export SMOKE_API_PORT PROMETHEUS_PORT GRAFANA_ADMIN_PASSWORD=smoke-grafana-not-started
-SMOKE_API_PORT=$(free_port); PROMETHEUS_PORT=$(free_port)
+export SMOKE_API_PORT PROMETHEUS_PORT JAEGER_UI_PORT GRAFANA_ADMIN_PASSWORD=smoke-grafana-not-started
+SMOKE_API_PORT=$(free_port); PROMETHEUS_PORT=$(free_port); JAEGER_UI_PORT=$(free_port)
 API="http://127.0.0.1:$SMOKE_API_PORT"; PROM="http://127.0.0.1:$PROMETHEUS_PORT"
 # What docker-compose.yml alone sets (the override must not be where the hardening comes from).
 docker-compose -f docker-compose.yml config --format json >"$LOGS/compose.json" \
@@ -120,7 +122,7 @@ container() { podman ps -a --filter "label=io.podman.compose.project=$PROJECT" \
 on_exit() {
     local status=$?
     if [ "$status" != 0 ]; then
-        for service in api prometheus; do
+        for service in api prometheus jaeger; do
             local name; name=$(container "$service")
             [ -n "$name" ] && { echo "--- podman logs --tail 15 $name:" >&2; podman logs --tail 15 "$name" >&2 || true; }
         done
@@ -133,13 +135,15 @@ on_exit() {
 }
 trap on_exit EXIT; TRAPPED=1
 check() { python3 docker/smoke/checks.py "$@" 2>"$LOGS/check.err" || fail "$(sed 's/^SMOKE FAIL: //' "$LOGS/check.err" | tail -n 5)"; }
-say "podman-compose up api prometheus (docker-compose.yml + docker/smoke/compose.override.yml)"
+say "podman-compose up api prometheus jaeger (docker-compose.yml + docker/smoke/compose.override.yml)"
 say "not run here: grafana (grafana/grafana cannot be pulled: no registry, and Grafana has no Debian or PyPI package)"
 say "not run here: proxy (nginxinc/nginx-unprivileged cannot be pulled; Debian's nginx 1.22 lacks upstream 'resolve'), the api is reached directly"
+say "not run here: jaeger's own image (jaegertracing/all-in-one cannot be pulled); the api image's OTLP sink (bench.otlp_sink) stands in as jaeger:4318"
 check single-ports "$LOGS/compose.json"
-run compose-up "${COMPOSE[@]}" up -d --no-build api prometheus || fail "podman-compose up failed"
-API_CTR=$(container api); PROM_CTR=$(container prometheus)
-[ -n "$API_CTR" ] && [ -n "$PROM_CTR" ] || fail "podman-compose did not create the api and prometheus containers"
+run compose-up "${COMPOSE[@]}" up -d --no-build api prometheus jaeger || fail "podman-compose up failed"
+API_CTR=$(container api); PROM_CTR=$(container prometheus); TRACES_CTR=$(container jaeger)
+[ -n "$API_CTR" ] && [ -n "$PROM_CTR" ] && [ -n "$TRACES_CTR" ] \
+    || fail "podman-compose did not create the api, prometheus and jaeger containers"
 
 ready=""
 for _ in $(seq 1 120); do
@@ -186,6 +190,17 @@ grep -q '<form' "$LOGS/ui.html" || fail "GET /ui/: not the explanation page: $(h
 grep -qi '^content-security-policy:' "$LOGS/ui.headers" || fail "GET /ui/: no Content-Security-Policy header"
 for file in ui.js ui.css; do curl -fsS -o /dev/null "$API/ui/$file" || fail "GET /ui/$file: missing from the image"; done
 say "explain answered; /ui served from the image"
+# A caller's sampled traceparent is honoured (within ATTSERVE_TRACE_FORCED_PER_S): the answer
+# names its trace, and its spans must reach the trace backend (checked after the api's SIGTERM,
+# which flushes them).
+TRACE_ID=4bf92f3577b34da6a3ce929d0e0e4736
+code=$(curl -sS -D "$LOGS/traced.headers" -o "$LOGS/answer.json" -w '%{http_code}' "$API/classify" \
+    -H 'content-type: application/json' -H "traceparent: 00-$TRACE_ID-00f067aa0ba902b7-01" \
+    -d '{"text":"A traced request."}') || fail "POST /classify with a traceparent: no answer"
+[ "$code" = 200 ] || fail "POST /classify with a traceparent answered $code: $(head -c 300 "$LOGS/answer.json")"
+sent["classify/200"]=$(( ${sent["classify/200"]:-0} + 1 ))
+grep -qi "^traceresponse: 00-$TRACE_ID-" "$LOGS/traced.headers" \
+    || fail "the traced answer has no traceresponse header naming trace $TRACE_ID: $(tr -d '\r' <"$LOGS/traced.headers" | tr '\n' ' ')"
 expected=$(for key in "${!sent[@]}"; do printf '%s\n%s\n' "$key" "${sent[$key]}"; done \
     | python3 -c 'import json, sys; l = sys.stdin.read().split(); print(json.dumps(dict(zip(l[::2], map(int, l[1::2])))))')
 say "answered each task; sent $expected"
@@ -198,4 +213,10 @@ podman stop -t "$grace" "$API_CTR" >/dev/null 2>"$LOGS/stop.log"
 code=$(podman inspect "$API_CTR" --format '{{.State.ExitCode}}')
 [ "$code" = 0 ] || fail "SIGTERM: the api exited $code, not 0, within compose's stop_grace_period ${grace} s"
 say "SIGTERM drained, exit 0 in $((SECONDS - t0)) s (stop_grace_period ${grace} s)"
+# the sink prints {"requests", "spans", "bytes"} when stopped; the traced request alone makes 7 spans
+podman stop -t 10 "$TRACES_CTR" >/dev/null 2>>"$LOGS/stop.log"
+spans=$(podman logs "$TRACES_CTR" 2>/dev/null | tail -n 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["spans"])') \
+    || fail "the OTLP sink standing in for jaeger printed no counts: $(podman logs --tail 5 "$TRACES_CTR" 2>&1)"
+[ "$spans" -ge 7 ] || fail "the trace backend received $spans spans from the api, expected at least the traced request's 7"
+say "traces: the api exported $spans spans to http://jaeger:4318"
 echo "SMOKE OK total_s=$SECONDS build_s=$build_s image_mb=$size_mb"
