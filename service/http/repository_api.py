@@ -95,8 +95,8 @@ class UnloadBody(_Body):
 BODY_HINTS = {
     IndexBody: '{"ready": true} or nothing',
     LoadBody: 'nothing, or {"parameters": {"canary": {"version": "3", "share": 0.1}}} to load version 3 as a '
-              "canary taking that share (0: none) from its first request; no config or files: only bundles "
-              "already in the model repository folder are loaded",
+              "canary taking that share (0: none) from its first request (a load takes no config or files: only "
+              "bundles already in the model repository folder are loaded)",
     UnloadBody: 'nothing (every version), {"version": "1"} or {"parameters": {"version": "1"}} (that version only), '
                 'and "force": true to unload the last ready version of a task\'s default model',
     CanaryShare: '{"version": "2", "share": 0.1} (share: a number from 0 to 1; 0 keeps version 2 staged with no '
