@@ -161,3 +161,28 @@ def test_missing_extras_name_the_running_interpreters_pip(monkeypatch, tmp_path)
     result = CliRunner().invoke(app, ["score", str(rows), "-o", str(tmp_path / "out.jsonl"), "--model", "bbc-act"])
     assert result.exit_code == 2
     assert pip + "score]'" in result.output, result.output
+
+
+def test_warm_up_runs_each_batch_shape_twice_at_most(service_bundles):
+    """The call-overhead measurement takes a batch's warm-up run as one of its best-of-2
+    timings instead of running every large batch twice more (two thirds of the warm-up, the
+    bulk of the start-up): each batch shape runs twice, the smallest item five times more."""
+    from collections import Counter
+
+    from service.inference.runtime import ModelRuntime, requested_providers
+
+    runtime = ModelRuntime.load(service_bundles / "topic", requested_providers("cpu"), 1, {})
+    runtime.use_batch_grid(None)
+    shapes = runtime.warmup_shapes(32, 1 << 14)
+    calls: Counter = Counter()
+    run_call = runtime.run_call
+
+    def counted(items):
+        calls[(len(items), items[0].shape)] += 1
+        return run_call(items)
+
+    runtime.run_call = counted
+    runtime.warmup(32, 1 << 14)
+    batches = {(size, item.shape) for size, item in shapes if size > 1}
+    assert batches and all(calls[b] == 2 for b in batches), calls
+    assert runtime.call_overhead_tokens > 0
