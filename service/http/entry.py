@@ -212,10 +212,14 @@ class ServiceEntry:
         self.slow_request_s = settings.slow_request_ms / 1000.0  # 0: off
 
     def _passes(self, scope: Scope) -> bool:
-        """The Host and the key (if checked) pass: the request may be traced and, sent as JSON to
-        a task endpoint, take the hot path; else the full stack refuses it."""
+        """The Host and the key (if checked) pass: the request may be traced and, if `_plain`,
+        take the hot path; else the full stack refuses it."""
         return ((self.hosts is None or self.hosts.allowed(scope))
                 and (self.keys is None or self.keys.authorized(scope) is True))
+
+    def _plain(self, scope: Scope) -> bool:
+        """Nothing left to refuse before the body of a request that `_passes`: it is JSON."""
+        return is_json(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -260,7 +264,7 @@ class ServiceEntry:
 
         try:
             task = self.tasks.get(path)
-            if task is not None and scope["method"] == "POST" and passes and is_json(scope):
+            if task is not None and scope["method"] == "POST" and passes and self._plain(scope):
                 await self._hot(task, scope, receive_watched, send_timed)
             else:
                 await self.app(scope, receive_watched, send_timed)
