@@ -40,7 +40,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 
 # group -> (module, the functions in it that become its sub-commands): `attserve GROUP COMMAND`
 COMMAND_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "bundle": ("export.rewrite.commands", ("extend_vocab", "fp16_embeddings", "to_checkpoint", "explanations")),
+    "bundle": ("export.rewrite.commands", ("extend_vocab", "fp16_embeddings", "to_checkpoint", "explanations",
+                                           "import_hf")),
 }
 
 # Commands that run PyTorch (or the other packages of the `train` extra). The serving install
@@ -52,6 +53,7 @@ TRAINING_COMMANDS: dict[str, tuple[str, ...]] = {
                     TRAINING_MODULES),
     "recipe-options": ("torch",),  # reads the architectures' network config classes
     "data": ("pyarrow",),  # reads the GloVe package's parquet word list
+    "bundle import-hf": (),  # onnxruntime and tokenizers only; its parity check runs where torch is
 }
 TRAINING_MARK = "(needs training extra)"
 
@@ -171,7 +173,7 @@ def _add_commands(target: typer.Typer, module, names: tuple[str, ...], group: st
             continue
         command = name.replace("_", "-")
         typed = f"{group} {command}" if group else command  # as typed after `attserve`
-        if typed.split()[0] in TRAINING_COMMANDS:
+        if TRAINING_COMMANDS.get(typed, TRAINING_COMMANDS.get(typed.split()[0])):
             target.command(command, short_help=_short_help(fn))(needs_training_extra(typed, fn))
         else:
             target.command(command)(fn)

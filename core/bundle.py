@@ -149,10 +149,35 @@ class ModelCard(BaseModel):
         return {k: strip_local_paths(v) if isinstance(v, str) else v for k, v in value.items()}
 
 
+class TransformersGraph(BaseModel):
+    """A Hugging Face sequence classifier's graph (bundle kind "transformers", written by
+    `attserve bundle import-hf`): its feeds, its one sequence length, its padding id, and the
+    labels its own config named, in logits order (`labels` are the task's names for them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_type: str = Field(description="their config.json's model_type (bert, roberta, deberta-v2, ...)")
+    graph_inputs: list[Literal["input_ids", "attention_mask", "token_type_ids"]]
+    max_length: int = Field(ge=2, description="tokens of the whole sequence, the template's special tokens included")
+    pad_id: int = Field(ge=0)
+    source_labels: list[str] = Field(description="their config's id2label, in logits order")
+    source_config: str = Field(description="their config.json, kept under this name beside ours")
+
+    @model_validator(mode="after")
+    def _feeds(self) -> "TransformersGraph":
+        if not {"input_ids", "attention_mask"} <= set(self.graph_inputs):
+            raise ValueError(f"graph_inputs {self.graph_inputs} lack input_ids or attention_mask")
+        return self
+
+
 class BundleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     format_version: int = FORMAT_VERSION
+    # "attserve": a network of models/ exported by `attserve export`; "transformers": a Hugging
+    # Face sequence classifier (`transformers` says how its graph is fed)
+    kind: Literal["attserve", "transformers"] = "attserve"
+    transformers: TransformersGraph | None = None
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
     version: str
     task: Task
@@ -225,6 +250,10 @@ class BundleConfig(BaseModel):
                 raise ValueError("an alignment explanation has columns; token weights have none")
         if len(set(self.labels)) != len(self.labels):
             raise ValueError(f"labels are not unique: {self.labels}")
+        if (self.kind == "transformers") != (self.transformers is not None):
+            raise ValueError("a transformers bundle, and only one, says how its graph is fed (`transformers`)")
+        if self.transformers is not None and self.explanation is not None:
+            raise ValueError("a transformers bundle exposes no attention output (`explanation`)")
         return self
 
 

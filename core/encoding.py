@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from core.tasks import Task, TextField
 from core.tokenization import Encoded, TextEncoder
+from core.transformers_bundle import TemplateEncoder
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,11 @@ def encode_fields(encoder: TextEncoder, task: Task, inputs: Sequence[Any], max_l
     """Per field of `task`, in graph-input order: every input's text(s) of that field, cut to
     `max_lengths[field.input]` tokens, one `encode` call per field over all the inputs.
     `describe[i]` asks for input i's tokens too (explanations); `max_texts` keeps the first
-    texts of a list field only (training cuts long evidence lists; the service refuses them)."""
+    texts of a list field only (training cuts long evidence lists; the service refuses them).
+    A transformers bundle's encoder cuts a pair together, to its one sequence length
+    (core.transformers_bundle)."""
+    if isinstance(encoder, TemplateEncoder):
+        return encoder.encode_fields(task, inputs, max(max_lengths[f.input] for f in task.fields), describe)
     out = []
     for field in task.fields:
         max_length = max_lengths[field.input]

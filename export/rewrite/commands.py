@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from export.import_hf import import_hf  # noqa: F401 - `attserve bundle import-hf`, a bundle of another kind
+
 Bundles = Annotated[
     list[Path],
     typer.Argument(exists=True, file_okay=False, help="Bundle directories, e.g. model_repository/snli-attconv-light."),

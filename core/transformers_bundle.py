@@ -1,0 +1,196 @@
+"""The second bundle kind: a Hugging Face sequence classifier exported to ONNX
+(`attserve bundle import-hf`, docs/transformers.md).
+
+Its graph reads one token sequence per row (`input_ids`, `attention_mask`, and `token_type_ids`
+where the graph has it) built by the tokenizer's own template (`[CLS] a [SEP] b [SEP]`,
+`<s> a </s></s> b </s>`, ...), and outputs `logits`. The texts of each input are encoded field
+by field as for the attserve kind (`FieldEncoding`, so truncation flags, unknown-token shares,
+explanation tokens and /tokenize read them unchanged), cut longest-first by the tokenizer itself
+so the whole sequence fits the model, and joined by `PairTemplate` when the runtime makes the item.
+numpy + tokenizers only (the serving image has no torch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from tokenizers import Tokenizer
+
+from core.tasks import Task, TaskForm
+from core.tokenization import Encoded
+
+KIND = "transformers"
+# Their config.json, kept beside ours (which is config.json, the one name the registry reads)
+TRANSFORMERS_CONFIG_FILE = "transformers_config.json"
+GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+LOGITS = "logits"
+
+
+class TemplateIds(list):
+    """One input's token sequence as the graph reads it (a list of ids), with its token type ids."""
+
+    __slots__ = ("type_ids",)
+
+    def __init__(self, ids: Sequence[int], type_ids: Sequence[int]) -> None:
+        super().__init__(ids)
+        self.type_ids = list(type_ids)
+
+
+# a piece of a template: ("A" | "B", type id) for a text, or (token ids, type id) for special tokens
+Piece = tuple[Any, int]
+
+
+def _bert_pieces(cls: list, sep: list, pair: bool, roberta: bool) -> list[Piece]:
+    single = [([cls[1]], 0), ("A", 0), ([sep[1]], 0)]
+    if not pair:
+        return single
+    if roberta:  # <s> A </s></s> B </s>, every type id 0
+        return single + [([sep[1]], 0), ("B", 0), ([sep[1]], 0)]
+    return single + [("B", 1), ([sep[1]], 1)]
+
+
+def _template_pieces(spec: dict, pair: bool) -> list[Piece]:
+    specials = spec.get("special_tokens") or {}
+    out: list[Piece] = []
+    for piece in spec["pair" if pair else "single"]:
+        if "Sequence" in piece:
+            out.append((piece["Sequence"]["id"], piece["Sequence"]["type_id"]))
+        else:
+            token = piece["SpecialToken"]
+            out.append((list(specials[token["id"]]["ids"]), token["type_id"]))
+    return out
+
+
+@dataclass(frozen=True)
+class PairTemplate:
+    """The special tokens a tokenizer's post-processor puts around one text and around a pair,
+    applied to ids (`join`), so the runtime builds the sequence from the ids of each text.
+    TemplateProcessing, BertProcessing and RobertaProcessing (alone or in a Sequence); a
+    tokenizer without a post-processor adds nothing."""
+
+    single: tuple[Piece, ...]
+    pair: tuple[Piece, ...]
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> "PairTemplate":
+        spec = json.loads(tokenizer.to_str()).get("post_processor")
+        processors = spec.get("processors", []) if spec and spec.get("type") == "Sequence" else [spec] if spec else []
+        adding = [p for p in processors if p.get("type") != "ByteLevel"]
+        if not adding:
+            return cls((("A", 0),), (("A", 0), ("B", 1)))
+        if len(adding) > 1 or adding[0].get("type") not in ("TemplateProcessing", "BertProcessing", "RobertaProcessing"):
+            raise ValueError(f"tokenizer post-processor {[p.get('type') for p in adding]} is not one attserve applies "
+                             "(TemplateProcessing, BertProcessing, RobertaProcessing)")
+        p = adding[0]
+        if p["type"] == "TemplateProcessing":
+            return cls(tuple(_template_pieces(p, False)), tuple(_template_pieces(p, True)))
+        roberta = p["type"] == "RobertaProcessing"
+        return cls(tuple(_bert_pieces(p["cls"], p["sep"], False, roberta)),
+                   tuple(_bert_pieces(p["cls"], p["sep"], True, roberta)))
+
+    def join(self, a: Sequence[int], b: Sequence[int] | None = None) -> TemplateIds:
+        """The sequence of text ids `a` (and `b`) with the template's special tokens."""
+        ids: list[int] = []
+        types: list[int] = []
+        for what, type_id in (self.single if b is None else self.pair):
+            part = a if what == "A" else b if what == "B" else what
+            ids += part
+            types += [type_id] * len(part)
+        return TemplateIds(ids, types)
+
+
+def _unknown_id(tokenizer: Tokenizer) -> int | None:
+    model = json.loads(tokenizer.to_str()).get("model") or {}
+    if model.get("type") == "Unigram":
+        return model.get("unk_id")
+    token = model.get("unk_token")
+    return tokenizer.token_to_id(token) if token else None
+
+
+class TemplateEncoder:
+    """A transformers bundle's tokenizer.json: the texts of a task's inputs -> their ids, cut
+    longest-first so that the template's sequence holds at most `max_length` tokens."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self.tokenizer = tokenizer
+        self.template = PairTemplate.of(tokenizer)
+        self.unk_id = _unknown_id(tokenizer)
+        self._check_template()
+
+    def _check_template(self) -> None:
+        """The template applied to ids must give what the tokenizer gives (a check at load)."""
+        a, b = "Hello world, a test.", "Another text"
+        for texts in ((a,), (a, b)):
+            own = self.tokenizer.encode(*texts, add_special_tokens=True)
+            parts = [self.tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+            joined = self.template.join(*parts)
+            if list(joined) != own.ids or joined.type_ids != own.type_ids:
+                raise ValueError("tokenizer.json's post-processor does not put special tokens around ids the way "
+                                 f"attserve applies it: {own.tokens} vs ids {list(joined)}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def is_unknown(self, token_id: int) -> bool:
+        return token_id == self.unk_id
+
+    def specials(self, pair: bool) -> int:
+        """Special tokens the template adds around one text (or a pair)."""
+        return self.tokenizer.num_special_tokens_to_add(pair)
+
+    def encode_fields(self, task: Task, inputs: Sequence[Any], max_length: int,
+                      describe: Sequence[bool] | None = None) -> list:
+        """core.encoding.encode_fields for this kind: per field of `task`, its texts' ids (no
+        special tokens), the pair cut longest-first (the tokenizer's own truncation) so that
+        with the template it holds at most `max_length` tokens."""
+        from core.encoding import FieldEncoding  # core.encoding dispatches here
+
+        if task.form is TaskForm.CONTEXTS:
+            raise ValueError(f"a {KIND} bundle serves one text or a pair, not task {task.name}")
+        texts = [[getattr(x, f.name) for f in task.fields] for x in inputs]
+        pair = task.form is TaskForm.PAIR
+        budget = max(1, max_length - self.specials(pair))
+        describing = describe is not None and any(describe)
+        encode = self.tokenizer.encode_batch if describing else self.tokenizer.encode_batch_fast
+        whole = encode([tuple(t) if pair else t[0] for t in texts], add_special_tokens=False)
+        long = [i for i, e in enumerate(whole) if len(e.ids) > budget]
+        kept = list(whole)
+        if long:
+            cutter = Tokenizer.from_str(self.tokenizer.to_str())
+            cutter.enable_truncation(budget, strategy="longest_first")
+            for i, e in zip(long, cutter.encode_batch([tuple(texts[i]) if pair else texts[i][0] for i in long],
+                                                      add_special_tokens=False), strict=True):
+                kept[i] = e
+        out = []
+        for k, field in enumerate(task.fields):
+            ids, cut, tokens, unknown = [], [], [], []
+            for i, (w, e) in enumerate(zip(whole, kept, strict=True)):
+                span = _segment(e, k)
+                row = e.ids[span]
+                ids.append(row)
+                cut.append(len(range(*_segment(w, k).indices(len(w.ids)))) - len(row))
+                unknown.append(row.count(self.unk_id) if self.unk_id is not None else 0)
+                if describing:
+                    tokens.append(None if not describe[i] else [
+                        {"token": t, "start": s, "end": end, "unknown": self.is_unknown(token_id)}
+                        for t, (s, end), token_id in zip(e.tokens[span], e.offsets[span], row)])
+            out.append(FieldEncoding(field, Encoded(ids, cut, tokens if describing else None, unknown)))
+        return out
+
+
+def _segment(encoding, k: int) -> slice:
+    """The tokens of text `k` (0: the first, 1: the second of a pair) in an encoding made
+    without special tokens: the first text's tokens come first."""
+    if k == 0:
+        ids = encoding.sequence_ids if encoding.n_sequences > 1 else None
+        return slice(0, len(encoding.ids) if ids is None else ids.count(0))
+    return slice(encoding.sequence_ids.count(0), len(encoding.ids))
+
+
+__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
+           "TemplateIds"]

@@ -1,0 +1,322 @@
+"""`attserve bundle import-hf DIR --task entailment -o model_repository/NAME`: a Hugging Face
+sequence classifier exported to ONNX (the folder `optimum-cli export onnx --task
+text-classification` writes, or `torch.onnx.export` of an AutoModelForSequenceClassification
+with tokenizer.json and config.json beside it) as a served bundle of kind "transformers"
+(core.transformers_bundle, docs/transformers.md).
+
+The folder's config.json is kept as transformers_config.json; ours is config.json. Their label
+names are mapped to the task's (`map_labels`, refused when a name fits none or two fit one).
+With torch and transformers installed, and the PyTorch weights at hand (the folder itself or
+`--reference`), the served answers are checked against transformers' own forward.
+Nothing heavy is imported at module level: the command runs on the serving install too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleConfig, BundleError, Parity, external_data
+from core.tasks import TASKS, TaskForm
+from core.transformers_bundle import GRAPH_INPUTS, KIND, LOGITS, TRANSFORMERS_CONFIG_FILE, TemplateEncoder
+
+# Each task's label names and the names a model's config may give them (lower-cased, "-" and
+# " " read as "_"). A classification model keeps its own names.
+LABEL_SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "entailment": {"entailment": ("entailment", "entails", "entailed", "entail"),
+                   "neutral": ("neutral",),
+                   "contradiction": ("contradiction", "contradicts", "contradictory", "contradict"),
+                   "not_entailment": ("not_entailment", "non_entailment", "not_entailed")},
+    "paraphrase": {"paraphrase": ("paraphrase", "equivalent", "duplicate", "is_duplicate", "1"),
+                   "not_paraphrase": ("not_paraphrase", "not_equivalent", "not_duplicate", "0")},
+}
+# names a config writes when nobody named the labels (transformers' default id2label)
+_GENERIC = re.compile(r"^label_?\d+$", re.IGNORECASE)
+# model types whose position ids start after the padding id (RoBERTa's create_position_ids):
+# max_position_embeddings - (pad_token_id + 1) tokens fit
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "roberta-prelayernorm"}
+# a tolerance on logits: transformers' forward against onnxruntime's on the same ids
+PARITY_TOLERANCE = 1e-4
+PARITY_PAIRS = [("A man is playing a guitar on stage.", "A man is performing music."),
+                ("The cat sat on the mat.", "A dog is barking loudly at the mailman outside the house."),
+                ("Two children are running through a field of tall grass on a sunny afternoon.", "Kids play."),
+                ("Paris is the capital of France.", "Paris is in Germany.")]
+
+
+class ImportRefused(ValueError):
+    """A folder that cannot become a bundle; the message says what to do."""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s\-]+", "_", name.strip().lower())
+
+
+def map_labels(task: str, source: list[str], given: list[str] | None = None) -> list[str]:
+    """The task's names of the model's labels `source` (logits order): `given` when the user
+    named them, else by LABEL_SYNONYMS (a classification model keeps its own names). Refused
+    when a name fits no label of the task, two fit the same one, or names are transformers'
+    placeholders (LABEL_0, ...)."""
+    if given is not None:
+        if len(given) != len(source):
+            raise ImportRefused(f"--labels names {len(given)} labels but the model has {len(source)} logits "
+                                f"({source}); name each, in logits order")
+        labels = given
+    elif any(_GENERIC.match(name) for name in source):
+        raise ImportRefused(f"the model's config names its labels {source} (transformers' placeholders): say what "
+                            f"each logit means with --labels, in logits order, e.g. --labels "
+                            f"{','.join(_example_labels(task, len(source)))}")
+    elif task not in LABEL_SYNONYMS:
+        labels = source
+    else:
+        table = {_norm(alias): ours for ours, aliases in LABEL_SYNONYMS[task].items() for alias in aliases}
+        unknown = [name for name in source if _norm(name) not in table]
+        if unknown:
+            raise ImportRefused(f"labels {unknown} of the model fit no {task} label ({sorted(LABEL_SYNONYMS[task])}); "
+                                f"name each logit with --labels, in logits order ({source})")
+        labels = [table[_norm(name)] for name in source]
+    if len(set(labels)) != len(labels):
+        raise ImportRefused(f"labels {source} are ambiguous for {task}: they map to {labels}; name each logit with "
+                            "--labels, in logits order")
+    if len(labels) < 2:
+        raise ImportRefused(f"a {task} model needs at least 2 logits, this one has {len(labels)}")
+    if task == "entailment" and "entailment" not in labels:
+        raise ImportRefused(f"no label of {source} means entailment; an entailment bundle needs one (/zero-shot reads "
+                            "it); name each logit with --labels")
+    return labels
+
+
+def _example_labels(task: str, n: int) -> list[str]:
+    known = list(LABEL_SYNONYMS.get(task, {}))
+    return known[:n] if len(known) >= n else [f"name{i}" for i in range(n)]
+
+
+def sequence_length(config: dict[str, Any], tokenizer: dict[str, Any], given: int | None) -> int:
+    """The most tokens of a sequence the model reads: its position table (less the offset of
+    RoBERTa-like models), the tokenizer's own truncation when it has one, or `given` (at most that)."""
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int):
+        raise ImportRefused("config.json has no max_position_embeddings; give the model's length with --max-length")
+    if config.get("model_type") in _OFFSET_POSITIONS:
+        positions -= int(config.get("pad_token_id") or 0) + 1
+    truncation = (tokenizer.get("truncation") or {}).get("max_length")
+    most = min(positions, truncation) if isinstance(truncation, int) else positions
+    if given is not None:
+        if given > most:
+            raise ImportRefused(f"--max-length {given} is over the {most} tokens the model reads")
+        return given
+    return most
+
+
+def pad_id(config: dict[str, Any], tokenizer: dict[str, Any]) -> int:
+    """The id the model pads with: its config's pad_token_id, else the tokenizer's padding or pad token."""
+    if isinstance(config.get("pad_token_id"), int):
+        return config["pad_token_id"]
+    padding = tokenizer.get("padding") or {}
+    if isinstance(padding.get("pad_id"), int):
+        return padding["pad_id"]
+    for token in tokenizer.get("added_tokens") or ():
+        if token.get("content") in ("[PAD]", "<pad>"):
+            return token["id"]
+    return 0
+
+
+def _read_source(source: Path) -> tuple[dict, bytes, bytes]:
+    """Their config (parsed), graph and tokenizer bytes; ImportRefused naming what is missing."""
+    model, tokenizer, config = source / MODEL_FILE, source / TOKENIZER_FILE, source / CONFIG_FILE
+    if not model.is_file():
+        raise ImportRefused(f"{source} has no {MODEL_FILE}: export it first (optimum-cli export onnx --model "
+                            f"YOUR_MODEL --task text-classification {source})")
+    if not tokenizer.is_file():
+        raise ImportRefused(f"{source} has no {TOKENIZER_FILE}: save the model's fast tokenizer there "
+                            "(AutoTokenizer.from_pretrained(YOUR_MODEL).save_pretrained(DIR); optimum-cli writes it)")
+    if not config.is_file():
+        raise ImportRefused(f"{source} has no {CONFIG_FILE} (the model's Hugging Face config): save it there "
+                            "(model.config.save_pretrained(DIR))")
+    try:
+        their = json.loads(config.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportRefused(f"{config}: not readable JSON ({exc})") from None
+    if "task" in their and "model_sha256" in their:
+        raise ImportRefused(f"{source} is an attserve bundle already, not a Hugging Face export")
+    return their, model.read_bytes(), tokenizer.read_bytes()
+
+
+def graph_feeds(model: bytes, where: Path) -> tuple[list[str], int | str | None]:
+    """The graph's inputs (the feeds) and its logits' width; ImportRefused for another graph."""
+    import onnxruntime as ort
+
+    if external_data(model):
+        raise ImportRefused(f"{where}: its weights are in external data files; export with them inside model.onnx "
+                            "(a model under 2 GB: torch.onnx.export(..., external_data=False))")
+    try:
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own exception types
+        raise ImportRefused(f"{where}: onnxruntime cannot load it: {exc}") from None
+    inputs = [i.name for i in session.get_inputs()]
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    if LOGITS not in outputs:
+        raise ImportRefused(f"{where}: no output named {LOGITS!r} (outputs: {sorted(outputs)}); export the "
+                            "sequence-classification head (optimum-cli export onnx --task text-classification, or "
+                            "torch.onnx.export of an AutoModelForSequenceClassification with output_names=['logits'])")
+    odd = [name for name in inputs if name not in GRAPH_INPUTS]
+    if odd or not {"input_ids", "attention_mask"} <= set(inputs):
+        raise ImportRefused(f"{where}: inputs {inputs}; a sequence classifier reads input_ids, attention_mask and "
+                            "optionally token_type_ids")
+    return inputs, outputs[LOGITS][-1]
+
+
+def _opset(model: bytes) -> tuple[int, str]:
+    try:
+        import onnx
+    except ImportError:
+        return 0, "not installed"
+    proto = onnx.load_from_string(model)
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0), onnx.__version__
+
+
+def build_config(source: Path, task: str, name: str, labels: list[str] | None, max_length: int | None,
+                 description: str = "") -> tuple[BundleConfig, bytes, bytes, bytes]:
+    """Our config.json for the folder `source`, and the bytes to write (graph, tokenizer, their config)."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    if task not in TASKS or TASKS[task].form is TaskForm.CONTEXTS:
+        served = [t for t, spec in TASKS.items() if spec.form is not TaskForm.CONTEXTS]
+        raise ImportRefused(f"--task {task}: a {KIND} bundle serves one of {served} (verification and rerank "
+                            "with a pair model are not served yet: docs/transformers.md)")
+    their, model, tokenizer = _read_source(source)
+    try:
+        encoder = TemplateEncoder(Tokenizer.from_str(tokenizer.decode("utf-8")))
+    except Exception as exc:  # tokenizers raises plain Exception; the template check ValueError
+        raise ImportRefused(f"{source / TOKENIZER_FILE}: {exc}") from None
+    inputs, width = graph_feeds(model, source / MODEL_FILE)
+    id2label = their.get("id2label") or {}
+    source_labels = [id2label[k] for k in sorted(id2label, key=int)] if id2label else []
+    if isinstance(width, int) and source_labels and width != len(source_labels):
+        raise ImportRefused(f"config.json names {len(source_labels)} labels but {MODEL_FILE} outputs {width} logits")
+    if not source_labels:
+        raise ImportRefused(f"{source / CONFIG_FILE} has no id2label: name each logit with --labels")
+    mapped = map_labels(task, source_labels, labels)
+    tokenizer_spec = json.loads(tokenizer)
+    length = sequence_length(their, tokenizer_spec, max_length)
+    if TASKS[task].form is TaskForm.PAIR and length <= encoder.specials(True) + 1:
+        raise ImportRefused(f"a sequence of {length} tokens leaves no room for a pair")
+    opset, onnx_version = _opset(model)
+    model_type = str(their.get("model_type") or "unknown")
+    architecture = (their.get("architectures") or [f"{model_type} sequence classifier"])[0]
+    config = BundleConfig(
+        kind=KIND, name=name, version=hashlib.sha256(model).hexdigest()[:12], task=task, architecture=architecture,
+        description=description or f"{architecture} imported from a Hugging Face export",
+        labels=mapped, inputs=list(TASKS[task].inputs), outputs=list(TASKS[task].outputs),
+        max_lengths={i: length for i in TASKS[task].inputs}, opset=opset, onnx_version=onnx_version,
+        onnxruntime_version=ort.__version__, model_sha256=hashlib.sha256(model).hexdigest(),
+        tokenizer_sha256=hashlib.sha256(tokenizer).hexdigest(),
+        transformers={"model_type": model_type, "graph_inputs": inputs, "max_length": length,
+                      "pad_id": pad_id(their, tokenizer_spec), "source_labels": source_labels,
+                      "source_config": TRANSFORMERS_CONFIG_FILE})
+    return config, model, tokenizer, (source / CONFIG_FILE).read_bytes()
+
+
+def write_import(config: BundleConfig, model: bytes, tokenizer: bytes, their_config: bytes, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MODEL_FILE).write_bytes(model)
+    (out / TOKENIZER_FILE).write_bytes(tokenizer)
+    (out / TRANSFORMERS_CONFIG_FILE).write_bytes(their_config)
+    (out / CONFIG_FILE).write_text(config.model_dump_json(indent=2, exclude_none=True) + "\n", encoding="utf-8")
+
+
+def check_parity(bundle: Path, reference: Path) -> Parity:
+    """Served logits (onnxruntime through the service's runtime) against transformers' forward
+    of the weights at `reference`, on single texts or pairs, alone and as one padded batch of
+    mixed lengths; ImportRefused past PARITY_TOLERANCE."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, PreTrainedTokenizerFast
+
+    from core.bundle import load_bundle
+    from core.tasks import TASKS as tasks
+    from service.inference.runtime import CPU, ModelRuntime
+
+    config = load_bundle(bundle).config
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    task = tasks[config.task]
+    pair = task.form is TaskForm.PAIR
+    texts = [p if pair else (p[0],) for p in PARITY_PAIRS]
+    model = AutoModelForSequenceClassification.from_pretrained(str(reference)).eval()
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(bundle / TOKENIZER_FILE))
+    hf_tokenizer.pad_token_id = config.transformers.pad_id
+    columns = list(zip(*texts))
+    batch = hf_tokenizer(*columns, padding=True, truncation=True, max_length=config.transformers.max_length,
+                         return_tensors="pt", return_token_type_ids="token_type_ids" in config.transformers.graph_inputs)
+    with torch.no_grad():
+        expected = model(**batch).logits.numpy()
+    from types import SimpleNamespace
+
+    from service.inference.tasks import encode
+    inputs = [SimpleNamespace(**dict(zip(task.field_names, t))) for t in texts]
+    items = [e.item for e in encode(runtime, inputs)]
+    alone = np.stack([runtime.run_call([item]).logits[0] for item in items])
+    together = runtime.run_call(items).logits
+    diff = float(max(np.abs(alone - expected).max(), np.abs(together - expected).max()))
+    mismatches = int((alone.argmax(-1) != expected.argmax(-1)).sum())
+    if diff > PARITY_TOLERANCE or mismatches:
+        raise ImportRefused(f"served logits differ from transformers' forward by {diff:.2e} (over {PARITY_TOLERANCE}) "
+                            f"with {mismatches} argmax mismatches: the export does not match {reference}")
+    return Parity(max_abs_diff=diff, argmax_mismatches=mismatches, examples=len(texts), batch_sizes=[1, len(texts)])
+
+
+def _has_weights(path: Path) -> bool:
+    return any((path / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
+
+
+def import_hf(
+    source: Path = typer.Argument(..., exists=True, file_okay=False, help="The exported folder: model.onnx, "
+                                  "tokenizer.json and the model's Hugging Face config.json."),
+    task: str = typer.Option(..., "--task", help="The task it serves: entailment, paraphrase or classification."),
+    out: Path = typer.Option(..., "-o", "--out", help="Bundle directory to write, e.g. model_repository/my-nli."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the --out folder's name)."),
+    labels: Optional[str] = typer.Option(None, "--labels", help="The task's name of each logit, in logits order, "
+                                         "comma-separated (default: mapped from the config's id2label)."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", min=2, help="Tokens per sequence, special "
+                                             "tokens included (default: what the model reads)."),
+    reference: Optional[Path] = typer.Option(None, "--reference", help="The PyTorch weights' folder for the parity "
+                                             "check (default: the source folder when it holds them)."),
+    force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out."),
+) -> None:
+    """Import a Hugging Face sequence classifier exported to ONNX as a served bundle (docs/transformers.md)."""
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        typer.echo(f"{out} already exists; pass --force to replace it (or choose another --out)", err=True)
+        raise typer.Exit(2)
+    given = [label.strip() for label in labels.split(",")] if labels else None
+    try:
+        config, model, tokenizer, their = build_config(source, task, name or out.name, given, max_length)
+    except (ImportRefused, BundleError, ValueError) as exc:
+        typer.echo(f"attserve bundle import-hf: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if out.exists() and force:
+        shutil.rmtree(out)
+    write_import(config, model, tokenizer, their, out)
+    typer.echo(f"labels: {dict(zip(config.transformers.source_labels, config.labels))} (theirs -> {task}'s)")
+    reference = reference or (source if _has_weights(source) else None)
+    if reference is None:
+        typer.echo("parity: not checked (no PyTorch weights beside model.onnx; pass --reference)")
+    else:
+        try:
+            parity = check_parity(out, reference)
+        except ImportError as exc:
+            typer.echo(f"parity: not checked ({exc.name} is not installed)")
+        except ImportRefused as exc:
+            shutil.rmtree(out)
+            typer.echo(f"attserve bundle import-hf: {exc}", err=True)
+            raise typer.Exit(2) from None
+        else:
+            config = config.model_copy(update={"parity": parity})
+            write_import(config, model, tokenizer, their, out)
+            typer.echo(f"parity: max |logits - transformers| {parity.max_abs_diff:.2e} over {parity.examples} inputs")
+    typer.echo(f"wrote {out} ({config.name}, {task}, {config.transformers.max_length} tokens per sequence)")

@@ -1,0 +1,197 @@
+"""The transformers bundle kind (core.transformers_bundle, export.import_hf,
+service.inference.transformers_runtime): tiny BERT (WordPiece, token_type_ids) and RoBERTa
+(byte-level BPE, no token_type_ids, pad id 1) classifiers built locally (tests/hf_models.py),
+exported with torch.onnx.export, imported, and run by the service's runtime against transformers'
+own tokenizer and forward."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from core.bundle import BundleError, load_bundle  # noqa: E402
+from core.tasks import TASKS  # noqa: E402
+from export.import_hf import ImportRefused, build_config, map_labels, write_import  # noqa: E402
+from service.inference.runtime import CPU, ModelRuntime  # noqa: E402
+from service.inference.tasks import encode  # noqa: E402
+from tests.hf_models import build_export, reference  # noqa: E402
+
+KINDS = ("bert", "roberta")
+MAX_LENGTH = 40  # both tiny models' sequence length
+LONG = " ".join(["the children are playing football in the park near the kitchen"] * 6)
+PAIRS = [
+    ("a man is playing a guitar on the stage .", "a person is making music ."),
+    ("the cat sleeps .", "two dogs run across the snowy field near the warm kitchen ."),
+    ("Paris is the capital of France.", "Nobody is in the kitchen!"),
+    (LONG, "a person is making music ."),  # the premise cut
+    ("kids play .", LONG),  # the hypothesis cut
+    (LONG, LONG + " again"),  # both cut, longest first
+]
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """kind -> (the export folder, its imported entailment bundle)."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for kind in KINDS:
+        export = build_export(kind, root / "exports")
+        bundle = root / "repository" / f"{kind}-nli"
+        write_import(*build_config(export, "entailment", bundle.name, None, None), bundle)
+        out[kind] = (export, bundle)
+    return out
+
+
+def expected_logits(export: Path, pairs: list[tuple[str, ...]]) -> np.ndarray:
+    """transformers' forward on its own fast tokenizer's padded, truncated batch."""
+    model, tokenizer = reference(export)
+    batch = tokenizer(*zip(*pairs), padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits.numpy()
+
+
+def items(runtime, pairs, fields=("premise", "hypothesis")):
+    encoded = encode(runtime, [SimpleNamespace(**dict(zip(fields, p))) for p in pairs])
+    return encoded
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sequences_are_the_tokenizers_own(imported, kind):
+    """Each pair's sequence (ids, token types) is what transformers' fast tokenizer makes of it,
+    the long ones cut longest-first to the model's length, and flagged as cut."""
+    export, bundle = imported[kind]
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    _, tokenizer = reference(export)
+    for pair, e in zip(PAIRS, items(runtime, PAIRS), strict=True):
+        own = tokenizer(*pair, truncation=True, max_length=MAX_LENGTH)
+        sequence = e.item.ids[0]
+        assert list(sequence) == own["input_ids"]
+        if "token_type_ids" in own and kind == "bert":
+            assert sequence.type_ids == own["token_type_ids"]
+        assert e.truncated == (len(tokenizer(*pair)["input_ids"]) > MAX_LENGTH)
+    assert [e.truncated for e in items(runtime, PAIRS)] == [False, False, False, True, True, True]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_logits_equal_transformers_forward(imported, kind):
+    """Served logits, one pair at a time and as one padded batch of mixed lengths (with the
+    batch grid: padding rows too), equal transformers' forward within 1e-5."""
+    export, bundle = imported[kind]
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    expected = expected_logits(export, PAIRS)
+    made = [e.item for e in items(runtime, PAIRS)]
+    alone = np.stack([runtime.run_call([item]).logits[0] for item in made])
+    np.testing.assert_allclose(alone, expected, atol=TOLERANCE, rtol=0)
+    runtime.use_batch_grid(8)  # 6 items run as 8 rows
+    together = runtime.run_call(made).logits
+    np.testing.assert_allclose(together, expected, atol=TOLERANCE, rtol=0)
+    # batch invariance: an item's answer whatever else is in its batch
+    for k, item in enumerate(made):
+        others = runtime.run_call([made[-1], item, made[0]]).logits[1]
+        np.testing.assert_allclose(others, alone[k], atol=TOLERANCE, rtol=0)
+    assert np.ptp(expected, axis=0).max() > 1e-3, "the tiny model answers every pair alike: the check is void"
+
+
+def test_single_text_classifier(imported, tmp_path):
+    """The same graph imported as a classifier reads one text: [CLS] text [SEP], its labels kept."""
+    export, _ = imported["bert"]
+    bundle = tmp_path / "bert-topics"
+    write_import(*build_config(export, "classification", bundle.name, ["sport", "music", "food"], None), bundle)
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    texts = ["a man is playing a guitar on the stage .", LONG]
+    made = items(runtime, [(t,) for t in texts], fields=("text",))
+    model, tokenizer = reference(export)
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).logits.numpy()
+    np.testing.assert_allclose(runtime.run_call([e.item for e in made]).logits, expected, atol=TOLERANCE, rtol=0)
+    assert [e.truncated for e in made] == [False, True]
+    assert load_bundle(bundle).config.labels == ["sport", "music", "food"]
+
+
+def test_bundle_keeps_both_configs(imported):
+    """Ours is config.json (kind transformers, their labels mapped, the sequence length); theirs
+    is kept whole as transformers_config.json."""
+    export, bundle = imported["roberta"]
+    config = load_bundle(bundle).config
+    assert config.kind == "transformers"
+    assert config.labels == ["entailment", "neutral", "contradiction"]
+    assert config.transformers.source_labels == ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]
+    assert config.transformers.graph_inputs == ["input_ids", "attention_mask"]  # RoBERTa: no token types
+    assert (config.transformers.pad_id, config.transformers.max_length) == (1, MAX_LENGTH)  # 42 positions - 2
+    assert (bundle / "transformers_config.json").read_bytes() == (export / "config.json").read_bytes()
+
+
+@pytest.mark.parametrize("source,given,expected", [
+    (["ENTAILMENT", "NEUTRAL", "CONTRADICTION"], None, ["entailment", "neutral", "contradiction"]),
+    (["contradiction", "entailment"], None, ["contradiction", "entailment"]),
+    (["entailment", "not_entailment"], None, ["entailment", "not_entailment"]),
+    (["LABEL_0", "LABEL_1", "LABEL_2"], "entailment,neutral,contradiction", ["entailment", "neutral", "contradiction"]),
+])
+def test_label_mapping(source, given, expected):
+    assert map_labels("entailment", source, given.split(",") if given else None) == expected
+
+
+@pytest.mark.parametrize("task,source,given,says", [
+    ("entailment", ["entailment", "entails", "neutral"], None, "ambiguous"),
+    ("entailment", ["yes", "no", "maybe"], None, "fit no entailment label"),
+    ("entailment", ["LABEL_0", "LABEL_1"], None, "--labels"),
+    ("classification", ["LABEL_0", "LABEL_1"], None, "--labels"),
+    ("entailment", ["a", "b", "c"], ["entailment", "neutral"], "names 2 labels but the model has 3"),
+    ("entailment", ["neutral", "contradiction"], None, "means entailment"),
+    ("paraphrase", ["equivalent", "duplicate"], None, "ambiguous"),
+])
+def test_label_refusals(task, source, given, says):
+    with pytest.raises(ImportRefused, match=says):
+        map_labels(task, source, given)
+
+
+def test_refusals_say_what_to_do(imported, tmp_path):
+    """A folder without tokenizer.json, a graph without logits, labels that fit no task, a task
+    this kind does not serve: refused, each message naming the fix."""
+    export, _ = imported["bert"]
+    no_tokenizer = shutil.copytree(export, tmp_path / "no-tokenizer")
+    (no_tokenizer / "tokenizer.json").unlink()
+    with pytest.raises(ImportRefused, match=r"no tokenizer.json: save the model's fast tokenizer"):
+        build_config(no_tokenizer, "entailment", "x", None, None)
+
+    onnx = pytest.importorskip("onnx")
+    no_logits = shutil.copytree(export, tmp_path / "no-logits")
+    graph = onnx.load(str(no_logits / "model.onnx"))
+    for node in graph.graph.node:
+        node.output[:] = ["scores" if o == "logits" else o for o in node.output]
+    graph.graph.output[0].name = "scores"
+    onnx.save(graph, str(no_logits / "model.onnx"))
+    with pytest.raises(ImportRefused, match=r"no output named 'logits' \(outputs: \['scores'\]\); export the "
+                                            r"sequence-classification head"):
+        build_config(no_logits, "entailment", "x", None, None)
+
+    odd_labels = shutil.copytree(export, tmp_path / "odd-labels")
+    their = json.loads((odd_labels / "config.json").read_text())
+    their["id2label"] = {"0": "sports", "1": "politics", "2": "tech"}
+    (odd_labels / "config.json").write_text(json.dumps(their))
+    with pytest.raises(ImportRefused, match=r"fit no entailment label .* name each logit with --labels"):
+        build_config(odd_labels, "entailment", "x", None, None)
+    with pytest.raises(ImportRefused, match="verification and rerank with a pair model are not served yet"):
+        build_config(export, "verification", "x", None, None)
+
+
+def test_a_bundle_whose_graph_changed_is_refused(imported, tmp_path):
+    """The served graph must take the feeds config.json names (checked when it loads)."""
+    _, bundle = imported["roberta"]
+    other = shutil.copytree(bundle, tmp_path / "changed")
+    config = json.loads((other / "config.json").read_text())
+    config["transformers"]["graph_inputs"] = ["input_ids", "attention_mask", "token_type_ids"]
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(BundleError, match=r"inputs \['input_ids', 'attention_mask'\], but .* names"):
+        ModelRuntime.load(other, [CPU], 1)
+    assert TASKS["entailment"].inputs == ("premise_ids", "hypothesis_ids")
