@@ -316,7 +316,7 @@ async def list_models(request: Request) -> Any:
             info["canary"] = {"version": service.canary[name][0], "share": service.canary[name][1], "rest": e.version}
         if e.config is not None:
             c = e.config
-            info.update(task=c.task, architecture=c.architecture, version=e.version, description=c.description,
+            info.update(task=c.task, architecture=c.architecture, kind=c.kind, version=e.version, description=c.description,
                         labels=c.labels, max_lengths=c.max_lengths, max_evidence=c.max_evidence,
                         metrics=c.metrics, default=choices[c.task][0] == name,
                         default_reason=choices[c.task][1] if choices[c.task][0] == name else None,

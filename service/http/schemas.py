@@ -305,6 +305,8 @@ class ModelInfo(BaseModel):
     status: Literal["loading", "ready", "failed"]
     task: str | None = None
     architecture: str | None = None
+    kind: str | None = Field(None, description="the bundle's kind: attserve (exported by attserve export) or "
+                             "transformers (a Hugging Face classifier, attserve bundle import-hf)")
     version: str | None = Field(None, description="the version this entry describes: the one a request naming "
                                 "none runs on")
     versions: list[VersionInfo] = Field(default_factory=list, description="every version of the model, oldest first")

@@ -1,0 +1,111 @@
+"""Transformers bundles served by the app (in-process): tiny BERT and RoBERTa NLI classifiers
+built locally (tests/hf_models.py), imported with `attserve bundle import-hf`, answering
+/entailment, /zero-shot, /tokenize and /v1/models as the attserve kind does, their scores
+transformers' own softmax within 1e-5."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from service.settings import Settings  # noqa: E402
+from tests.bundles import running_app  # noqa: E402
+from tests.hf_models import build_export, reference  # noqa: E402
+
+LABELS = ["entailment", "neutral", "contradiction"]
+LONG = " ".join(["the children are playing football in the park near the kitchen"] * 6)
+PAIRS = [{"premise": "a man is playing a guitar on the stage .", "hypothesis": "a person is making music ."},
+         {"premise": "the cat sleeps .", "hypothesis": "two dogs run across the snowy field ."},
+         {"premise": LONG, "hypothesis": "nobody is in the kitchen ."}]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """A repository of bert-nli and roberta-nli (imported through the CLI command), and their exports."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    root = tmp_path_factory.mktemp("hf-serving")
+    exports = {}
+    for kind in ("bert", "roberta"):
+        exports[f"{kind}-nli"] = export = build_export(kind, root / "exports")
+        result = CliRunner().invoke(app, ["bundle", "import-hf", str(export), "--task", "entailment",
+                                          "-o", str(root / "repository" / f"{kind}-nli")])
+        assert result.exit_code == 0, result.output
+        assert "parity: max |logits - transformers|" in result.output
+        assert "'ENTAILMENT': 'entailment'" in result.output
+    return root / "repository", exports
+
+
+def run(repository: Path, scenario):
+    async def main():
+        async with running_app(Settings(model_repository=repository)) as (app, client):
+            return await scenario(client)
+    return asyncio.run(main())
+
+
+def expected_scores(export: Path, pairs: list[dict]) -> np.ndarray:
+    model, tokenizer = reference(export)
+    batch = tokenizer([p["premise"] for p in pairs], [p["hypothesis"] for p in pairs], padding=True, truncation=True,
+                      max_length=40, return_tensors="pt")
+    with torch.no_grad():
+        return torch.softmax(model(**batch).logits.double(), dim=-1).numpy()
+
+
+@pytest.mark.parametrize("name", ["bert-nli", "roberta-nli"])
+def test_entailment_answers_are_transformers_softmax(repository, name):
+    """Single pairs and one batch of mixed lengths (one cut): each answer's scores are the softmax
+    of transformers' logits within 1e-5, the same in or out of a batch; `truncated` says which
+    was cut; explain answers with the tokens the model read; /tokenize and /zero-shot answer."""
+    root, exports = repository
+
+    async def scenario(client):
+        singles = [await client.post("/entailment", json={**p, "model": name}) for p in PAIRS]
+        batch = await client.post("/entailment", json={"inputs": PAIRS, "model": name})
+        explained = await client.post("/entailment", json={**PAIRS[0], "model": name, "explain": True})
+        tokenized = await client.post("/tokenize", json={**PAIRS[2], "model": name})
+        zero = await client.post("/zero-shot", json={"text": PAIRS[0]["premise"], "model": name,
+                                                     "candidate_labels": ["music", "food"]})
+        strict = await client.post("/entailment", json={**PAIRS[2], "model": name, "truncate": False})
+        return singles, batch, explained, tokenized, zero, strict
+
+    singles, batch, explained, tokenized, zero, strict = run(root, scenario)
+    expected = expected_scores(exports[name], PAIRS)
+    assert batch.status_code == 200, batch.text
+    for k, (single, batched) in enumerate(zip(singles, batch.json()["results"], strict=True)):
+        assert single.status_code == 200, single.text
+        for answer in (single.json(), batched):
+            assert [answer["scores"][label] for label in LABELS] == pytest.approx(list(expected[k]), abs=1e-5)
+            assert answer["label"] == LABELS[int(expected[k].argmax())]
+            assert answer["truncated"] is (k == 2)
+    assert explained.status_code == 200, explained.text
+    tokens = explained.json()["explanation"]["tokens"]
+    assert set(tokens) == {"premise", "hypothesis"} and len(tokens["hypothesis"]) >= 5
+    assert "alignment" not in explained.json()["explanation"]  # a transformers bundle exposes no attention
+    assert tokenized.status_code == 200, tokenized.text
+    fields = tokenized.json()["fields"]
+    assert fields["premise"]["truncated"] and fields["premise"]["count"] > len(fields["premise"]["tokens"])
+    assert zero.status_code == 200, zero.text
+    assert math.isclose(sum(zero.json()["scores"]), 1.0, abs_tol=1e-6)
+    assert strict.status_code == 422 and "max length" in strict.json()["error"]["message"]
+
+
+def test_models_lists_the_kind(repository):
+    root, _ = repository
+
+    async def scenario(client):
+        return await client.get("/v1/models")
+
+    listed = {m["name"]: m for m in run(root, scenario).json()["models"]}
+    assert {n: (m["kind"], m["task"], m["status"]) for n, m in listed.items()} == {
+        "bert-nli": ("transformers", "entailment", "ready"), "roberta-nli": ("transformers", "entailment", "ready")}
+    assert listed["roberta-nli"]["labels"] == LABELS
+    assert listed["bert-nli"]["length_buckets"] == {"input_ids": [8, 16, 32, 40]}
