@@ -59,17 +59,29 @@ def error_of(r: httpx.Response, status: int, code: str) -> str:
 
 # --- 1. NFKC expansion ------------------------------------------------------------------------
 
-def test_check_text_stops_right_after_the_limit_however_much_a_character_expands():
-    from core.tokenization import TextTooLong, check_text
+def test_check_text_stops_right_after_the_limit_however_much_a_character_expands(monkeypatch):
+    """Counted in characters normalized, not timed (a 50 ms bound failed at 50.5 ms on a busy
+    machine): 300,000 characters that expand 18x each are refused after at most one chunk past
+    the 100,000-character limit, not normalized in full (5.4 M characters)."""
+    import unicodedata
+
+    from core.tokenization import CHECK_CHUNK_CHARS, TextTooLong, check_text
 
     assert check_text("abc", 3).normalized_length == 3
     assert check_text("\ufdfa", 18).normalized_length == 18  # one character, 18 after NFKC
     with pytest.raises(TextTooLong):
         check_text("\ufdfa" * 1000, 17_999)
-    started = time.perf_counter()
+    normalized = []
+    normalize = unicodedata.normalize
+
+    def counting(form: str, text: str) -> str:
+        normalized.append(len(text))
+        return normalize(form, text)
+
+    monkeypatch.setattr(unicodedata, "normalize", counting)
     with pytest.raises(TextTooLong):
-        check_text("\ufdfa" * 300_000, 100_000)  # 5.4 M characters after NFKC if done in full
-    assert time.perf_counter() - started < 0.05
+        check_text("\ufdfa" * 300_000, 100_000)
+    assert 0 < sum(normalized) <= 100_000 // 18 + CHECK_CHUNK_CHARS, sum(normalized)
 
 
 def test_expanding_text_is_refused_before_tokenizing(service_bundles):
@@ -891,11 +903,28 @@ def test_a_bad_pipelined_follower_is_answered_after_the_request_before_it(guarde
     assert answers[1][:3] in (b"400", b"431")
 
 
+def _largest_json_body() -> bytes:
+    """A valid JSON object just under the 1 MiB body limit, of many short fields: parsing it is
+    the most work the limits let a body put on the event loop (the service parses there)."""
+    body = json.dumps({"text": "hi", **{str(i): 0 for i in range(88_000)}}).encode()
+    assert (1 << 20) - 20_000 < len(body) <= 1 << 20, len(body)
+    return body
+
+
 def test_no_request_the_limits_allow_stalls_the_event_loop(guarded_server):
-    """The heaviest requests the limits let through, sent while /health/live is probed on
-    another connection: no probe waits 100 ms, and the server's own lag metric agrees."""
+    """The heaviest requests the limits let through, 3 rounds of each, sent while /health/live
+    is probed on another connection: no probe waits (one outlier forgiven, a scheduling hiccup;
+    a request that blocks the loop does so in each round) 3x longer than parsing the largest
+    JSON body allowed takes in this process, measured between the probes. The service parses
+    bodies on the loop: its worst, the 1 MiB body, costs the loop about one such parse (40-46 ms
+    of CPU each here). The bound moves with the machine's load, where a wall-clock one did not
+    (100 ms failed at 109 ms on an idle 2-core CI machine; waits reach 600 ms at load 10 on 2
+    cores, where one parse takes 250-940 ms). 0.5 s of CPU planted in the task route fails it
+    at any load; a time.sleep(0.5) there is 11x a parse on an idle machine, but passes at load 10."""
+    import statistics
     import threading
 
+    rounds = 3
     heavy = [
         json.dumps({"text": "hi", **{str(i): 0 for i in range(110_000)}}).encode()[: (1 << 20) - 100] + b"}",
         json.dumps({"text": "hi", **{str(i): 0 for i in range(40_000)}}).encode(),
@@ -903,33 +932,47 @@ def test_no_request_the_limits_allow_stalls_the_event_loop(guarded_server):
         json.dumps({"inputs": [{"claim": " ".join(["w"] * 16), "evidence": [" ".join(["v"] * 20)] * 5}] * 64,
                     "explain": True, "model": "fever"}).encode(),
     ]
+    reference = _largest_json_body()
     done = threading.Event()
     statuses = []
 
     def send_heavy():
-        with httpx.Client(base_url=guarded_server.base, timeout=30) as client:
-            for _ in range(3):
-                for body in heavy:
-                    statuses.append(client.post("/verify" if b"claim" in body else "/classify", content=body,
-                                                headers={"content-type": "application/json"}).status_code)
-        done.set()
+        try:
+            with httpx.Client(base_url=guarded_server.base, timeout=30) as client:
+                for _ in range(rounds):
+                    for body in heavy:
+                        statuses.append(client.post("/verify" if b"claim" in body else "/classify", content=body,
+                                                    headers={"content-type": "application/json"}).status_code)
+        finally:
+            done.set()
 
-    worst = 0.0
-    with httpx.Client(base_url=guarded_server.base, timeout=5) as probe:
+    def parse_seconds() -> float:
+        started = time.perf_counter()
+        json.loads(reference)
+        return time.perf_counter() - started
+
+    waits, parses = [], [parse_seconds() for _ in range(3)]
+    # a connection per probe: a parse between probes can outlast the 0.5 s keep-alive timeout,
+    # and a probe sent as the server closes its idle connection is reset
+    with httpx.Client(base_url=guarded_server.base, timeout=30,
+                      limits=httpx.Limits(max_keepalive_connections=0)) as probe:
         probe.get("/health/live")
         sender = threading.Thread(target=send_heavy)
         sender.start()
         while not done.is_set():
             started = time.perf_counter()
             assert probe.get("/health/live").status_code == 200
-            worst = max(worst, time.perf_counter() - started)
+            waits.append(time.perf_counter() - started)
             time.sleep(0.005)
+            if len(waits) % 10 == 0:  # the reference under the same load as the probes
+                parses.append(parse_seconds())
         sender.join()
-        metrics = probe.get("/metrics").text
-    assert set(statuses) <= {200, 422} and 200 in statuses, statuses
-    assert worst < 0.1, f"/health/live waited {worst * 1000:.0f} ms"
-    lag = metric_samples(metrics, "attserve_event_loop_lag_seconds_count")
-    assert sum(lag.values()) > 0
+    assert set(statuses) <= {200, 422} and 200 in statuses and len(statuses) == rounds * len(heavy), statuses
+    bound = 3 * statistics.median(parses)
+    worst = sorted(waits)[-5:]
+    assert len(waits) >= 2 and worst[-2] < bound, (
+        f"/health/live waited {[round(w * 1000) for w in worst]} ms (the 5 worst), over {bound * 1000:.0f} ms: "
+        f"3x the median of {len(parses)} parses of the largest body")
 
 
 def test_the_suite_has_a_per_test_timeout(pytestconfig):
