@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from tokenizers import Tokenizer
 
-from core.tasks import Task, TaskForm
+from core.tasks import Task, TaskForm, TextField
 from core.tokenization import Encoded
 
 KIND = "transformers"
@@ -144,12 +144,10 @@ class TemplateEncoder:
         return self.tokenizer.num_special_tokens_to_add(pair)
 
     def encode_fields(self, task: Task, inputs: Sequence[Any], max_length: int,
-                      describe: Sequence[bool] | None = None) -> list:
-        """core.encoding.encode_fields for this kind: per field of `task`, its texts' ids (no
-        special tokens), the pair cut longest-first (the tokenizer's own truncation) so that
-        with the template it holds at most `max_length` tokens."""
-        from core.encoding import FieldEncoding  # core.encoding dispatches here
-
+                      describe: Sequence[bool] | None = None) -> list[tuple[TextField, Encoded]]:
+        """What core.encoding.encode_fields makes of this kind: per field of `task`, its texts'
+        ids (no special tokens), the pair cut longest-first (the tokenizer's own truncation) so
+        that with the template it holds at most `max_length` tokens."""
         if task.form is TaskForm.CONTEXTS:
             raise ValueError(f"a {KIND} bundle serves one text or a pair, not task {task.name}")
         texts = [[getattr(x, f.name) for f in task.fields] for x in inputs]
@@ -179,7 +177,7 @@ class TemplateEncoder:
                     tokens.append(None if not describe[i] else [
                         {"token": t, "start": s, "end": end, "unknown": self.is_unknown(token_id)}
                         for t, (s, end), token_id in zip(e.tokens[span], e.offsets[span], row)])
-            out.append(FieldEncoding(field, Encoded(ids, cut, tokens if describing else None, unknown)))
+            out.append((field, Encoded(ids, cut, tokens if describing else None, unknown)))
         return out
 
 
