@@ -102,6 +102,25 @@ def service_bundles(tmp_path_factory) -> Path:
     return root
 
 
+SHIPPED_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+
+
+@pytest.fixture(scope="session")
+def shipped_models_server(tmp_path_factory):
+    """`python -m service` serving the shipped bundles (model_repository/), started once per
+    session for the modules that only send it requests (the Open Inference Protocol, /ui): a
+    start loads and warms all eight, 60-90 s on a busy 2-core machine, which each module paid."""
+    from bench.harness import ServiceProcess
+
+    server = ServiceProcess(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("shipped") / "service.log",
+                            max_batch_delay_ms=2)
+    try:
+        yield server.start()
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.terminate(timeout_s=30)
+
+
 def copy_repository(source: Path, target: Path, names: list[str] | None = None) -> Path:
     """Copy some bundles of `source` into a new repository `target` (to alter them)."""
     target.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """The explanation page (/ui) driven in headless Chromium against the real service.
 
-One `python -m service` on the shipped `model_repository/` and one Chromium for the module.
+One `python -m service` on the shipped `model_repository/` (the session's, tests.bundles) and one
+Chromium for the module.
 For each task the form is filled with the keyboard (selenium send_keys), submitted, and the
 rendered DOM is checked against the API's own answer to the same input (httpx): the label,
 the scores, the heat map's size (kept row tokens x kept column tokens), one evidence block per
@@ -29,7 +30,6 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-from bench.harness import ServiceProcess  # noqa: E402
 
 UI_DIR = REPO / "service" / "static" / "ui"
 INSTALL_HINT = "install them with `sudo bash tests/browser-ci-deps.sh` (Debian: chromium, chromium-driver)"
@@ -77,10 +77,9 @@ def browser_tools() -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    log = tmp_path_factory.mktemp("ui-service") / "service.log"
-    with ServiceProcess(REPO / "model_repository", log) as process:
-        yield process
+def server(shipped_models_server):
+    """The session's server of the shipped bundles (tests.bundles)."""
+    return shipped_models_server
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,10 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.harness import ServiceProcess  # noqa: E402
 from core.tasks import TASKS  # noqa: E402
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
-
-REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
 ENTAILMENT = [("A man is playing a guitar on stage.", "A man is performing music."),
               ("Two dogs run through a field.", "The animals are asleep."),
@@ -30,14 +27,10 @@ TEXTS = ["Shares in the bank fell sharply after it reported a loss for the quart
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    service = ServiceProcess(REPOSITORY, tmp_path_factory.mktemp("oip") / "service.log", max_batch_delay_ms=2)
-    try:
-        service.start()
-        yield service.base, tritonclient_http.InferenceServerClient(url=f"127.0.0.1:{service.port}")
-    finally:
-        if service.proc is not None and service.proc.poll() is None:
-            service.terminate(timeout_s=30)
+def server(shipped_models_server):
+    """The session's server of the shipped bundles (tests.bundles), and a Triton client of it."""
+    service = shipped_models_server
+    return service.base, tritonclient_http.InferenceServerClient(url=f"127.0.0.1:{service.port}")
 
 
 def _bytes_input(name: str, values, binary: bool):
