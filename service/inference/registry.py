@@ -35,7 +35,7 @@ from service.inference.engine import Engine, warm_up
 from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, excerpt
 from service.metrics import Metrics
 from service.inference.runtime import DeviceUnavailable, ModelRuntime, load_runtime, requested_providers
-from service.settings import Settings
+from service.settings import Settings, available_cpus
 
 log = logging.getLogger("service.inference.registry")
 _LOAD_IDS = itertools.count(1)
@@ -381,11 +381,21 @@ class Service:
 
     async def load_all(self) -> None:
         pending = [e for e in self.all_entries() if e.status == "loading"]
-        for entry in pending:
-            error = await self.load_entry(entry)
+        # One load (session, warm-up) keeps its session's intra-op threads busy: as many at once
+        # as the CPUs hold (the eight bundled models on 2 cores: 2, where one left a core idle
+        # for the whole start-up); one at a time on a GPU, whose warm-ups would share the device.
+        on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
+        threads = self.settings.threads_per_model(len(pending)) * self.settings.workers
+        slots = asyncio.Semaphore(1 if on_gpu else max(1, available_cpus() // threads))
+
+        async def load(entry: ModelEntry) -> None:
+            async with slots:
+                error = await self.load_entry(entry)
             if error is not None:
                 self._fail(entry, error)
             self.publish()  # each model serves as soon as it is warm
+
+        await asyncio.gather(*(load(entry) for entry in pending))
         self.loaded = True
         failed = [e for e in self.all_entries() if e.status == "failed"]
         if failed and not self.settings.allow_partial_start:

@@ -186,3 +186,31 @@ def test_warm_up_runs_each_batch_shape_twice_at_most(service_bundles):
     batches = {(size, item.shape) for size, item in shapes if size > 1}
     assert batches and all(calls[b] == 2 for b in batches), calls
     assert runtime.call_overhead_tokens > 0
+
+
+@pytest.mark.parametrize("providers, cpus, expected", [(["CPUExecutionProvider"], 4, 4), (["CPUExecutionProvider"], 2, 2),
+                                                       (["CUDAExecutionProvider", "CPUExecutionProvider"], 4, 1)])
+def test_start_up_loads_as_many_models_at_once_as_the_cpus_hold(service_bundles, monkeypatch, providers, cpus, expected):
+    """Each load keeps its session's threads busy: with 1-thread sessions, start-up loads as
+    many models at once as there are CPUs (it loaded one at a time, leaving the second core of
+    a 2-core machine idle); on a GPU one at a time."""
+    from service.inference import registry
+
+    monkeypatch.setattr(registry, "available_cpus", lambda: cpus)
+    service = registry.Service(Settings(model_repository=service_bundles, intra_op_threads=1))
+    service.discover()
+    service.providers = providers
+    running, most = 0, 0
+
+    async def load_entry(entry):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return "not loaded: the test's stand-in"
+
+    monkeypatch.setattr(service, "load_entry", load_entry)
+    asyncio.run(service.load_all())
+    assert len(service.all_entries()) == 4 and service.loaded
+    assert most == expected
