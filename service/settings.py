@@ -323,7 +323,9 @@ class _Settings(BaseSettings):
         default_factory=list,
         description="Keys of the repository API (`/v2/repository/*`), as `ATTSERVE_API_KEYS`; with any set, the "
                     "repository API needs one of them and no task key opens it (a key that may classify may not "
-                    "change the models). Required in explicit mode when `ATTSERVE_API_KEYS` are set.",
+                    "change the models). Required in explicit mode when `ATTSERVE_API_KEYS` are set; explicit mode "
+                    "without them logs a WARNING at start-up (the repository API is then open to any client that "
+                    "reaches the port).",
         json_schema_extra={**CONTROL, "default_text": "none",
                            "env_only": "a command line is visible to every user of the host (`ps`); use the "
                                        "variable or `--control-api-keys-file`"})
@@ -334,8 +336,10 @@ class _Settings(BaseSettings):
     canary: Annotated[dict[str, tuple[str, float]], NoDecode] = Field(
         default_factory=dict,
         description="A share of the requests that name no version of a model sent to another version, to compare "
-                    "them before switching: `name=version:share`, comma-separated (`fever-attconv=2:0.1`); the rest "
-                    "run on the newest other ready version. Compared in `attserve_version_requests_total`; explicit "
+                    "them before switching: `name=version:share`, comma-separated (`fever-attconv=2:0.1`; share 0: "
+                    "the version is staged and takes none); the rest run on the newest other ready version, the "
+                    "default, which the canary never is while another version is ready. Compared in "
+                    "`attserve_version_requests_total`; explicit "
                     "mode changes it with `POST /v2/repository/models/{name}/canary`.",
         json_schema_extra={**CONTROL, "default_text": "none"})
 
