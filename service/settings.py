@@ -218,7 +218,7 @@ class _Settings(BaseSettings):
         description="FastAPI's native OpenTelemetry **metrics and logs** (HTTP request metrics, validation and error "
                     "logs) to the providers the process sets up (`FASTAPI_OTEL_AUTO_CONFIGURE=true` and the `OTEL_*` "
                     "variables create OTLP exporters; the serving image has `opentelemetry-api` only, so an exporter "
-                    "needs the SDK: `pip install 'attserve[tracing]'`). Never FastAPI's spans: **traces are "
+                    "needs the SDK: `.venv/bin/pip install -e '.[tracing]'`). Never FastAPI's spans: **traces are "
                     "`ATTSERVE_OTLP_ENDPOINT`'s**, the one way to trace the service (FastAPI's server span missed the "
                     "task endpoints' hot path, which skips FastAPI's routes, and two server spans per request would "
                     "make two traces of one). Off because the service's metrics are Prometheus' and, even with no "
@@ -237,7 +237,7 @@ class _Settings(BaseSettings):
                     "request that ran in it. A caller's W3C `traceparent` is continued; a traced answer carries W3C's "
                     "`traceresponse` header (its trace id); a request refused by the Host or API key check is never "
                     "traced; the start-up log says `tracing on` with the URL and ratio (docs/tracing.md). No input "
-                    "text goes into any span. Needs the SDK (`pip install 'attserve[tracing]'`; start-up fails naming it otherwise). "
+                    "text goes into any span. Needs the SDK (`.venv/bin/pip install -e '.[tracing]'`; start-up fails naming it otherwise). "
                     "Unset: no SDK import and no cost per request; set, a measured cost per request "
                     "(docs/performance.md, \"Tracing, the response cache and /tokenize\").",
         json_schema_extra={**TELEMETRY, "default_text": "none (off)"})
