@@ -414,20 +414,32 @@ def v2_error(r: httpx.Response, status: int) -> str:
 
 
 def test_v2_declared_shape_is_checked_against_the_limits_before_anything_is_built(service_bundles):
+    """The issue's 160 bytes, 2 million rows of nothing, are refused with little memory and as
+    fast as the same body declaring one row (the best of 3 within 5x their median; a 0.5 s
+    bound failed at 0.81 s on a busy machine, tracemalloc on): the work does not grow with the
+    rows declared."""
+    import statistics
     import tracemalloc
 
     async def scenario():
         async with running_app(settings(service_bundles)) as (app, client):
             url = "/v2/models/fever/infer"
-            # the issue's 160 bytes: 2 million rows of nothing (the fix refuses 20 million just as fast)
+
+            async def refused(rows: int) -> float:
+                started = time.perf_counter()
+                r = await client.post(url, json=v2_verify_body(["x"], [1], [rows, 0], []))
+                assert r.status_code in (400, 422), r.text
+                return time.perf_counter() - started
+
             tracemalloc.start()
-            started = time.perf_counter()
-            r = await client.post(url, json=v2_verify_body(["x"], [1], [2_000_000, 0], []))
-            seconds = time.perf_counter() - started
+            one_row = [await refused(1) for _ in range(3)]
+            tracemalloc.reset_peak()
+            many_rows = [await refused(2_000_000)]
             _, peak = tracemalloc.get_traced_memory()
+            many_rows += [await refused(2_000_000) for _ in range(2)]
             tracemalloc.stop()
-            assert r.status_code in (400, 422), r.text
-            assert seconds < 0.5 and peak < 5 * 2**20, (seconds, peak)
+            assert peak < 5 * 2**20, peak
+            assert min(many_rows) < 5 * statistics.median(one_row), (many_rows, one_row)
             r = await client.post(url, json=v2_verify_body(["x"], [1], [20_000_000, 0], []))
             assert r.status_code in (400, 422)
             # k = 0 even with rows that agree: no claim without evidence
