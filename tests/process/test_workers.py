@@ -31,6 +31,13 @@ def requests_total(base: str, endpoint: str, status: str = "200") -> float:
     return total
 
 
+def process_memory(base: str) -> dict[int, float]:
+    """process_resident_memory_bytes of each worker /metrics reports, by its pid label."""
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    return {int(pid): float(value) for pid, value in
+            re.findall(r'^process_resident_memory_bytes\{pid="(\d+)"\} (\S+)$', text, re.M)}
+
+
 def counted_pids(metrics_dir: Path) -> set[int]:
     # prometheus-client's multiprocess files: counter_<pid>.db appears when a worker first counts
     return {int(m.group(1)) for f in metrics_dir.iterdir() if (m := re.fullmatch(r"counter_(\d+)\.db", f.name))}
@@ -80,6 +87,9 @@ def test_two_workers_share_the_port_the_metrics_and_the_readiness(service_bundle
         assert counted_pids(metrics_dir) == workers, "both workers should have answered some requests"
         # whichever worker answers /metrics, it reports both workers' counts
         assert {requests_total(base, "classify") for _ in range(6)} == {float(REQUESTS)}
+        # and each live worker's process metrics, labelled by its pid
+        memory = process_memory(base)
+        assert set(memory) == workers and min(memory.values()) > 1e6, memory
 
         # a worker that dies is replaced; until its successor is ready the service is not
         victim = min(workers)
@@ -91,6 +101,7 @@ def test_two_workers_share_the_port_the_metrics_and_the_readiness(service_bundle
         wait_for(lambda: len(ready_workers(metrics_dir)) == 2, 120, "a replacement worker")
         assert httpx.get(f"{base}/health/ready", timeout=5).status_code == 200
         assert victim not in ready_workers(metrics_dir)
+        assert victim not in process_memory(base) and len(process_memory(base)) == 2
         # the dead worker's counts stay in the sum
         assert requests_total(base, "classify") == float(REQUESTS)
         assert classify(base, 0) == 200
