@@ -60,7 +60,7 @@ def encode_fields(encoder: TextEncoder, task: Task, inputs: Sequence[Any], max_l
     A transformers bundle's encoder cuts a pair together, to its one sequence length
     (core.transformers_bundle)."""
     if isinstance(encoder, TemplateEncoder):
-        return [FieldEncoding(field, encoded) for field, encoded in
+        return [FieldEncoding(field, encoded, counts) for field, encoded, counts in
                 encoder.encode_fields(task, inputs, max(max_lengths[f.input] for f in task.fields), describe)]
     out = []
     for field in task.fields:

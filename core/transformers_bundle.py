@@ -143,42 +143,89 @@ class TemplateEncoder:
         """Special tokens the template adds around one text (or a pair)."""
         return self.tokenizer.num_special_tokens_to_add(pair)
 
-    def encode_fields(self, task: Task, inputs: Sequence[Any], max_length: int,
-                      describe: Sequence[bool] | None = None) -> list[tuple[TextField, Encoded]]:
+    def encode_fields(self, task: Task, inputs: Sequence[Any], max_length: int, describe: Sequence[bool] | None = None
+                      ) -> list[tuple[TextField, Encoded, list[int] | None]]:
         """What core.encoding.encode_fields makes of this kind: per field of `task`, its texts'
-        ids (no special tokens), the pair cut longest-first (the tokenizer's own truncation) so
-        that with the template it holds at most `max_length` tokens."""
-        if task.form is TaskForm.CONTEXTS:
-            raise ValueError(f"a {KIND} bundle serves one text or a pair, not task {task.name}")
-        texts = [[getattr(x, f.name) for f in task.fields] for x in inputs]
-        pair = task.form is TaskForm.PAIR
+        ids (no special tokens) and, for a list field, how many texts each input has. A pair is
+        cut longest-first (the tokenizer's own truncation) so that with the template it holds at
+        most `max_length` tokens; a text and a list (rerank) make one pair per text of the list,
+        each cut on its own: the first text's ids are the longest it keeps in any of its pairs,
+        and each listed text (a `ListedIds`) says how many of them its pair keeps."""
+        pair = task.form is not TaskForm.TEXT
         budget = max(1, max_length - self.specials(pair))
         describing = describe is not None and any(describe)
+        if task.form is TaskForm.CONTEXTS:
+            first, listed = task.fields
+            counts = [len(getattr(x, listed.name)) for x in inputs]
+            texts = [(getattr(x, first.name), t) for x in inputs for t in getattr(x, listed.name)]
+            owner = [i for i, n in enumerate(counts) for _ in range(n)]  # the input of each pair
+        else:
+            counts = None
+            texts = [tuple(getattr(x, f.name) for f in task.fields) for x in inputs]
+            owner = list(range(len(inputs)))
+        whole, kept = self._encode(texts if pair else [t[0] for t in texts], budget, describing)
+        wanted = [describing and describe[i] for i in owner]
+        parts = [[_part(self, w, e, k, want) for w, e, want in zip(whole, kept, wanted, strict=True)]
+                 for k in range(len(task.fields))]
+        if counts is None:
+            return [(f, _encoded(rows, describing), None) for f, rows in zip(task.fields, parts, strict=True)]
+        firsts, listed_parts = [], []
+        at = 0
+        for n in counts:  # a text's longest kept first text, and by how many tokens its pairs cut it most
+            mine = parts[0][at:at + n]
+            if not mine:  # no text listed: nothing to pair (the service refuses it as a text without tokens)
+                firsts.append(([], 0, 0, [] if describing else None))
+                continue
+            longest = max(mine, key=lambda part: len(part[0]))
+            firsts.append((longest[0], max(part[1] for part in mine), *longest[2:]))
+            listed_parts += [(ListedIds(rows, len(q[0])), cut, *rest)
+                             for q, (rows, cut, *rest) in zip(mine, parts[1][at:at + n], strict=True)]
+            at += n
+        return [(task.fields[0], _encoded(firsts, describing), None), (task.fields[1], _encoded(listed_parts, describing),
+                                                                        counts)]
+
+    def _encode(self, texts: list, budget: int, describing: bool) -> tuple[list, list]:
+        """Each text (or pair) encoded whole and as kept: cut longest-first to `budget` tokens
+        by the tokenizer's own truncation (the same encoding when it fits)."""
         encode = self.tokenizer.encode_batch if describing else self.tokenizer.encode_batch_fast
-        whole = encode([tuple(t) if pair else t[0] for t in texts], add_special_tokens=False)
+        whole = encode(texts, add_special_tokens=False)
         long = [i for i, e in enumerate(whole) if len(e.ids) > budget]
         kept = list(whole)
         if long:
             cutter = Tokenizer.from_str(self.tokenizer.to_str())
             cutter.enable_truncation(budget, strategy="longest_first")
-            for i, e in zip(long, cutter.encode_batch([tuple(texts[i]) if pair else texts[i][0] for i in long],
-                                                      add_special_tokens=False), strict=True):
+            for i, e in zip(long, cutter.encode_batch([texts[i] for i in long], add_special_tokens=False), strict=True):
                 kept[i] = e
-        out = []
-        for k, field in enumerate(task.fields):
-            ids, cut, tokens, unknown = [], [], [], []
-            for i, (w, e) in enumerate(zip(whole, kept, strict=True)):
-                span = _segment(e, k)
-                row = e.ids[span]
-                ids.append(row)
-                cut.append(len(range(*_segment(w, k).indices(len(w.ids)))) - len(row))
-                unknown.append(row.count(self.unk_id) if self.unk_id is not None else 0)
-                if describing:
-                    tokens.append(None if not describe[i] else [
-                        {"token": t, "start": s, "end": end, "unknown": self.is_unknown(token_id)}
-                        for t, (s, end), token_id in zip(e.tokens[span], e.offsets[span], row)])
-            out.append((field, Encoded(ids, cut, tokens if describing else None, unknown)))
-        return out
+        return whole, kept
+
+
+class ListedIds(list):
+    """The ids of a text of a list field, paired with the input's first text: `first_kept`, how
+    many of the first text's ids its pair keeps."""
+
+    __slots__ = ("first_kept",)
+
+    def __init__(self, ids: Sequence[int], first_kept: int) -> None:
+        super().__init__(ids)
+        self.first_kept = first_kept
+
+
+def _part(encoder: TemplateEncoder, whole, kept, k: int, describe: bool) -> tuple:
+    """Text `k` of one encoding: its kept ids, how many it lost, its unknown ids, and (`describe`)
+    its tokens as explanations show them."""
+    span = _segment(kept, k)
+    row = kept.ids[span]
+    cut = len(range(*_segment(whole, k).indices(len(whole.ids)))) - len(row)
+    unknown = row.count(encoder.unk_id) if encoder.unk_id is not None else 0
+    tokens = None if not describe else [
+        {"token": t, "start": s, "end": end, "unknown": encoder.is_unknown(token_id)}
+        for t, (s, end), token_id in zip(kept.tokens[span], kept.offsets[span], row)]
+    return row, cut, unknown, tokens
+
+
+def _encoded(parts: list[tuple], describing: bool) -> Encoded:
+    return Encoded([p[0] for p in parts], [p[1] for p in parts], [p[3] for p in parts] if describing else None,
+                   [p[2] for p in parts])
 
 
 def _segment(encoding, k: int) -> slice:
@@ -190,5 +237,5 @@ def _segment(encoding, k: int) -> slice:
     return slice(encoding.sequence_ids.count(0), len(encoding.ids))
 
 
-__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
+__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "ListedIds", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
            "TemplateIds"]

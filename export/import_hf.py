@@ -180,16 +180,35 @@ def _opset(model: bytes) -> tuple[int, str]:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0), onnx.__version__
 
 
+def served_tasks() -> list[str]:
+    """The tasks a transformers bundle serves: one text, a pair, and a text with a list of
+    texts scored one by one (rerank); not a label over a text and a list (verification)."""
+    return [t for t, spec in TASKS.items() if not (spec.form is TaskForm.CONTEXTS and spec.labelled)]
+
+
+def task_labels(task: str, source: list[str], given: list[str] | None, width: int | str | None) -> list[str]:
+    """The bundle's labels: `map_labels`, or none for a reranker, whose graph must output one
+    logit (a cross-encoder's relevance)."""
+    if TASKS[task].labelled:
+        if isinstance(width, int) and width != len(source):
+            raise ImportRefused(f"config.json names {len(source)} labels but {MODEL_FILE} outputs {width} logits")
+        return map_labels(task, source, given)
+    if width != 1 or given:
+        raise ImportRefused(f"a {task} bundle takes a cross-encoder with one logit (its relevance); this one outputs "
+                            f"{width} ({source}); export the one-logit head (num_labels=1)")
+    return []
+
+
 def build_config(source: Path, task: str, name: str, labels: list[str] | None, max_length: int | None,
-                 description: str = "") -> tuple[BundleConfig, bytes, bytes, bytes]:
-    """Our config.json for the folder `source`, and the bytes to write (graph, tokenizer, their config)."""
+                 description: str = "", max_texts: int = 32) -> tuple[BundleConfig, bytes, bytes, bytes]:
+    """Our config.json for the folder `source`, and the bytes to write (graph, tokenizer, their
+    config); `max_texts`: a list field's most texts per input (rerank)."""
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    if task not in TASKS or TASKS[task].form is TaskForm.CONTEXTS:
-        served = [t for t, spec in TASKS.items() if spec.form is not TaskForm.CONTEXTS]
-        raise ImportRefused(f"--task {task}: a {KIND} bundle serves one of {served} (verification and rerank "
-                            "with a pair model are not served yet: docs/transformers.md)")
+    if task not in served_tasks():
+        raise ImportRefused(f"--task {task}: a {KIND} bundle serves one of {served_tasks()} (verification with a "
+                            "pair model is not served yet: docs/transformers.md)")
     their, model, tokenizer = _read_source(source)
     try:
         encoder = TemplateEncoder(Tokenizer.from_str(tokenizer.decode("utf-8")))
@@ -198,14 +217,12 @@ def build_config(source: Path, task: str, name: str, labels: list[str] | None, m
     inputs, width = graph_feeds(model, source / MODEL_FILE)
     id2label = their.get("id2label") or {}
     source_labels = [id2label[k] for k in sorted(id2label, key=int)] if id2label else []
-    if isinstance(width, int) and source_labels and width != len(source_labels):
-        raise ImportRefused(f"config.json names {len(source_labels)} labels but {MODEL_FILE} outputs {width} logits")
     if not source_labels:
         raise ImportRefused(f"{source / CONFIG_FILE} has no id2label: name each logit with --labels")
-    mapped = map_labels(task, source_labels, labels)
+    mapped = task_labels(task, source_labels, labels, width)
     tokenizer_spec = json.loads(tokenizer)
     length = sequence_length(their, tokenizer_spec, max_length)
-    if TASKS[task].form is TaskForm.PAIR and length <= encoder.specials(True) + 1:
+    if TASKS[task].form is not TaskForm.TEXT and length <= encoder.specials(True) + 1:
         raise ImportRefused(f"a sequence of {length} tokens leaves no room for a pair")
     opset, onnx_version = _opset(model)
     model_type = str(their.get("model_type") or "unknown")
@@ -215,6 +232,7 @@ def build_config(source: Path, task: str, name: str, labels: list[str] | None, m
         description=description or f"{architecture} imported from a Hugging Face export",
         labels=mapped, inputs=list(TASKS[task].inputs), outputs=list(TASKS[task].outputs),
         max_lengths={i: length for i in TASKS[task].inputs}, opset=opset, onnx_version=onnx_version,
+        max_evidence=max_texts if TASKS[task].list_field is not None else None,
         onnxruntime_version=ort.__version__, model_sha256=hashlib.sha256(model).hexdigest(),
         tokenizer_sha256=hashlib.sha256(tokenizer).hexdigest(),
         transformers={"model_type": model_type, "graph_inputs": inputs, "max_length": length,
@@ -232,43 +250,56 @@ def write_import(config: BundleConfig, model: bytes, tokenizer: bytes, their_con
 
 
 def check_parity(bundle: Path, reference: Path) -> Parity:
-    """Served logits (onnxruntime through the service's runtime) against transformers' forward
-    of the weights at `reference`, on single texts or pairs, alone and as one padded batch of
-    mixed lengths; ImportRefused past PARITY_TOLERANCE."""
+    """Served logits (onnxruntime through the service's runtime; a reranker's scores) against
+    transformers' forward of the weights at `reference`, on PARITY_PAIRS (single texts for a
+    classifier), each alone and all as one padded batch of mixed lengths; ImportRefused past
+    PARITY_TOLERANCE."""
     import numpy as np
     import torch
     from transformers import AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
     from core.bundle import load_bundle
-    from core.tasks import TASKS as tasks
     from service.inference.runtime import CPU, ModelRuntime
 
     config = load_bundle(bundle).config
-    runtime = ModelRuntime.load(bundle, [CPU], 1)
-    task = tasks[config.task]
-    pair = task.form is TaskForm.PAIR
-    texts = [p if pair else (p[0],) for p in PARITY_PAIRS]
+    spec = config.transformers
+    form = TASKS[config.task].form
+    texts = ([p[:1] for p in PARITY_PAIRS] if form is TaskForm.TEXT else PARITY_PAIRS if form is TaskForm.PAIR
+             else [(PARITY_PAIRS[0][0], hypothesis) for _, hypothesis in PARITY_PAIRS])  # one query, several texts
     model = AutoModelForSequenceClassification.from_pretrained(str(reference)).eval()
-    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(bundle / TOKENIZER_FILE))
-    hf_tokenizer.pad_token_id = config.transformers.pad_id
-    columns = list(zip(*texts))
-    batch = hf_tokenizer(*columns, padding=True, truncation=True, max_length=config.transformers.max_length,
-                         return_tensors="pt", return_token_type_ids="token_type_ids" in config.transformers.graph_inputs)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(bundle / TOKENIZER_FILE))
+    tokenizer.pad_token_id = spec.pad_id
+    batch = tokenizer(*zip(*texts), padding=True, truncation=True, max_length=spec.max_length, return_tensors="pt",
+                      return_token_type_ids="token_type_ids" in spec.graph_inputs)
     with torch.no_grad():
         expected = model(**batch).logits.numpy()
-    from types import SimpleNamespace
-
-    from service.inference.tasks import encode
-    inputs = [SimpleNamespace(**dict(zip(task.field_names, t))) for t in texts]
-    items = [e.item for e in encode(runtime, inputs)]
-    alone = np.stack([runtime.run_call([item]).logits[0] for item in items])
-    together = runtime.run_call(items).logits
+    alone, together = served_logits(ModelRuntime.load(bundle, [CPU], 1), texts)
     diff = float(max(np.abs(alone - expected).max(), np.abs(together - expected).max()))
-    mismatches = int((alone.argmax(-1) != expected.argmax(-1)).sum())
+    mismatches = int((alone.argmax(-1) != expected.argmax(-1)).sum()) if config.labels else 0
     if diff > PARITY_TOLERANCE or mismatches:
         raise ImportRefused(f"served logits differ from transformers' forward by {diff:.2e} (over {PARITY_TOLERANCE}) "
                             f"with {mismatches} argmax mismatches: the export does not match {reference}")
     return Parity(max_abs_diff=diff, argmax_mismatches=mismatches, examples=len(texts), batch_sizes=[1, len(texts)])
+
+
+def served_logits(runtime: Any, texts: list[tuple[str, ...]]) -> tuple[Any, Any]:
+    """The runtime's logits of each text (or pair) run alone and all together, (n, C); a
+    reranker's (pairs of one query): each text alone, then all of them as the query's list."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from service.inference.tasks import encode
+
+    task = TASKS[runtime.config.task]
+    if task.list_field is None:
+        items = [e.item for e in encode(runtime, [SimpleNamespace(**dict(zip(task.field_names, t))) for t in texts])]
+        return np.stack([runtime.run_call([item]).logits[0] for item in items]), runtime.run_call(items).logits
+    first, listed = task.field_names
+    alone = encode(runtime, [SimpleNamespace(**{first: q, listed: [t]}) for q, t in texts])
+    scores = [runtime.run_call([e.item]).per_text[0] for e in alone]
+    [together] = encode(runtime, [SimpleNamespace(**{first: texts[0][0], listed: [t for _, t in texts]})])
+    return np.array(scores), np.array(runtime.run_call([together.item]).per_text[0])[:, None]
 
 
 def _has_weights(path: Path) -> bool:
@@ -278,13 +309,16 @@ def _has_weights(path: Path) -> bool:
 def import_hf(
     source: Path = typer.Argument(..., exists=True, file_okay=False, help="The exported folder: model.onnx, "
                                   "tokenizer.json and the model's Hugging Face config.json."),
-    task: str = typer.Option(..., "--task", help="The task it serves: entailment, paraphrase or classification."),
+    task: str = typer.Option(..., "--task", help="The task it serves: entailment, paraphrase, classification or "
+                             "rerank (a one-logit cross-encoder)."),
     out: Path = typer.Option(..., "-o", "--out", help="Bundle directory to write, e.g. model_repository/my-nli."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the --out folder's name)."),
     labels: Optional[str] = typer.Option(None, "--labels", help="The task's name of each logit, in logits order, "
                                          "comma-separated (default: mapped from the config's id2label)."),
     max_length: Optional[int] = typer.Option(None, "--max-length", min=2, help="Tokens per sequence, special "
                                              "tokens included (default: what the model reads)."),
+    max_texts: int = typer.Option(32, "--max-texts", min=1, help="rerank: the most texts one request may list "
+                                  "(its max_evidence)."),
     reference: Optional[Path] = typer.Option(None, "--reference", help="The PyTorch weights' folder for the parity "
                                              "check (default: the source folder when it holds them)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out."),
@@ -295,14 +329,18 @@ def import_hf(
         raise typer.Exit(2)
     given = [label.strip() for label in labels.split(",")] if labels else None
     try:
-        config, model, tokenizer, their = build_config(source, task, name or out.name, given, max_length)
+        config, model, tokenizer, their = build_config(source, task, name or out.name, given, max_length,
+                                                       max_texts=max_texts)
     except (ImportRefused, BundleError, ValueError) as exc:
         typer.echo(f"attserve bundle import-hf: {exc}", err=True)
         raise typer.Exit(2) from None
     if out.exists() and force:
         shutil.rmtree(out)
     write_import(config, model, tokenizer, their, out)
-    typer.echo(f"labels: {dict(zip(config.transformers.source_labels, config.labels))} (theirs -> {task}'s)")
+    if config.labels:
+        typer.echo(f"labels: {dict(zip(config.transformers.source_labels, config.labels))} (theirs -> {task}'s)")
+    else:
+        typer.echo("scores: each text's one logit (its relevance; /rerank answers its sigmoid unless raw_scores)")
     reference = reference or (source if _has_weights(source) else None)
     if reference is None:
         typer.echo("parity: not checked (no PyTorch weights beside model.onnx; pass --reference)")

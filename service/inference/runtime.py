@@ -621,7 +621,7 @@ SEQUENCE = "input_ids"
 
 def check_graph(bundle: Bundle, session: ort.InferenceSession) -> None:
     """BundleError unless the graph takes the feeds config.json names and outputs logits as
-    wide as the labels."""
+    wide as the labels (a reranker's: one), for a task this kind serves."""
     spec = bundle.config.transformers
     inputs = [i.name for i in session.get_inputs()]
     if sorted(inputs) != sorted(spec.graph_inputs) or not set(inputs) <= set(GRAPH_INPUTS):
@@ -630,26 +630,31 @@ def check_graph(bundle: Bundle, session: ort.InferenceSession) -> None:
     outputs = {o.name: o.shape for o in session.get_outputs()}
     if LOGITS not in outputs:
         raise BundleError(f"{bundle.model_path}: no output named {LOGITS!r} (outputs: {sorted(outputs)})")
-    width = outputs[LOGITS][-1]
-    if isinstance(width, int) and width != len(bundle.config.labels):
-        raise BundleError(f"{bundle.path / CONFIG_FILE}: {len(bundle.config.labels)} labels but {bundle.model_path} "
-                          f"outputs {width} logits")
+    task = TASKS[bundle.config.task]
+    if task.form is TaskForm.CONTEXTS and task.labelled:
+        raise BundleError(f"{bundle.path / CONFIG_FILE}: a {KIND} bundle does not serve {task.name} (a label over a "
+                          "text and a list); docs/transformers.md")
+    width, wanted = outputs[LOGITS][-1], len(bundle.config.labels) if task.labelled else 1  # a reranker: one logit
+    if isinstance(width, int) and width != wanted:
+        raise BundleError(f"{bundle.path / CONFIG_FILE}: {task.name} reads {wanted} logits but {bundle.model_path} "
+                          f"outputs {width}")
 
 
 class TransformersRuntime(ModelRuntime):
-    """ModelRuntime over one sequence per input (the comment above)."""
+    """ModelRuntime over one sequence per input (the comment above), or for a text and a list
+    (rerank) one sequence per text of the list: an item of (texts, length) bucket shape whose
+    per-text scores are its sequences' one logit."""
 
     def __init__(self, bundle: Bundle, session: ort.InferenceSession, threads: int, encoder: TemplateEncoder) -> None:
         super().__init__(bundle, session, threads, encoder)
         spec = bundle.config.transformers
-        if TASKS[self.config.task].form is TaskForm.CONTEXTS:
-            raise BundleError(f"{bundle.path / CONFIG_FILE}: a {KIND} bundle serves one text or a pair, "
-                              f"not task {self.config.task}")
         self.graph_inputs = list(spec.graph_inputs)
         self.pad_id = spec.pad_id
         self.template = encoder.template
-        # one ids input for buckets and items: the sequence, its own length buckets
+        # one ids input for buckets and items: the sequence (a list of them for a list field)
         self.input_names = [SEQUENCE]
+        self.list_inputs = {SEQUENCE} if self.list_inputs else set()
+        self.list_index = 0 if self.list_inputs else None
         self.output_names = [LOGITS]
         self.buckets = {SEQUENCE: length_buckets(spec.max_length)}
         self._bucket_of_length = {SEQUENCE: [bucket_of(n, self.buckets[SEQUENCE]) for n in range(spec.max_length + 1)]}
@@ -665,44 +670,66 @@ class TransformersRuntime(ModelRuntime):
         return cls(bundle, session, threads, encoder)
 
     def make_item(self, ids: Sequence) -> Item:
-        """`ids` per text field of the task: their sequence, joined by the tokenizer's template."""
-        return self.sequence_item(self.template.join(*ids))
-
-    def sequence_item(self, sequence: Sequence[int]) -> Item:
-        table = self._bucket_of_length[SEQUENCE]
-        length = table[min(len(sequence), len(table) - 1)]
-        return Item((sequence,), (length,), length)
+        """`ids` per text field of the task: their sequence, joined by the tokenizer's template
+        (a text and a list: the first text, as each pair keeps it, with each listed text)."""
+        if not self.list_inputs:
+            return ModelRuntime.make_item(self, (self.template.join(*ids),))
+        first, listed = ids
+        return ModelRuntime.make_item(self, ([self.template.join(first[: t.first_kept], t) for t in listed],))
 
     def item_of_shape(self, shape: tuple[int, ...]) -> Item:
-        return self.sequence_item([WARMUP_ID] * shape[0])
+        if self.list_inputs:
+            return ModelRuntime.make_item(self, ([[WARMUP_ID] * shape[1] for _ in range(shape[0])],))
+        return ModelRuntime.make_item(self, ([WARMUP_ID] * shape[0],))
 
     def warmup_shapes(self, max_batch_size: int, max_batch_tokens: int) -> list[tuple[int, Item]]:
+        """ModelRuntime.warmup_shapes for items of sequences: every length bucket (with as many
+        texts as the level's count bucket), alone and in the largest batch the budget allows."""
         shapes = []
-        for length in self.buckets[SEQUENCE]:
-            item = self.sequence_item([WARMUP_ID] * length)
+        lengths, counts = self.buckets[SEQUENCE], self.count_buckets or [0]
+        for level in range(max(len(lengths), len(counts))):
+            length, count = lengths[min(level, len(lengths) - 1)], counts[min(level, len(counts) - 1)]
+            item = self.item_of_shape((count, length) if self.list_inputs else (length,))
             largest = max(1, min(max_batch_size, max_batch_tokens // item.tokens))
             shapes += [(size, item) for size in sorted({1, largest})]
         return shapes
 
     def feeds(self, items: Sequence[Item]) -> dict[str, np.ndarray]:
         """input_ids padded with the pad id, attention_mask, token_type_ids (when the graph
-        reads them), all (rows, L): L the items' largest bucket, rows the grid size (padding
-        rows copy the first row, as ModelRuntime.feeds does)."""
+        reads them), (rows, L): L the items' largest bucket, rows the grid size (padding rows
+        copy the first row, as ModelRuntime.feeds does). Items of a list field: K rows each (K
+        the largest texts bucket), an item's empty slots copies of its first sequence."""
         n = len(items)
-        rows, (length,) = self.rows(n), batch_shape(items)
-        sequences = [item.ids[0] for item in items]
-        lengths = np.fromiter(map(len, sequences), dtype=np.intp, count=n)
+        shape = batch_shape(items)
+        length = shape[-1]
+        if self.list_inputs:
+            slots = shape[0]
+            sequences = [s for item in items for s in item.ids[0] + [item.ids[0][0]] * (slots - len(item.ids[0]))]
+            real, rows = n * slots, self.rows(n) * slots
+        else:
+            sequences = [item.ids[0] for item in items]
+            real, rows = n, self.rows(n)
+        lengths = np.fromiter(map(len, sequences), dtype=np.intp, count=real)
         ids = np.full((rows, length), self.pad_id, dtype=np.int64)
         fill_2d(ids, sequences, lengths)  # writes each row's ids only, the pad id stays after them
         mask = np.zeros((rows, length), dtype=np.int64)
-        mask[:n] = np.arange(length) < lengths[:, None]
+        mask[:real] = np.arange(length) < lengths[:, None]
         out = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self.graph_inputs:
             types = np.zeros((rows, length), dtype=np.int64)
             fill_2d(types, [getattr(s, "type_ids", None) or [0] * len(s) for s in sequences], lengths)
             out["token_type_ids"] = types
-        if rows > n:
+        if rows > real:
             for arr in out.values():
-                arr[n:] = arr[0]
+                arr[real:] = arr[0]
         return out
 
+    def _call(self, items: Sequence[Item], explain_rows: Sequence[int]) -> tuple[np.ndarray, list | None, dict[int, dict]]:
+        """ModelRuntime._call; for a list field, each text's score is its sequence's one logit."""
+        if not self.list_inputs:
+            return super()._call(items, explain_rows)
+        [logits] = self.run(self.feeds(items))
+        slots = batch_shape(items)[0]
+        scores = logits[: len(items) * slots, 0].reshape(len(items), slots).tolist()
+        per_text = [row[: len(item.ids[0])] for row, item in zip(scores, items, strict=True)]
+        return None, per_text, {row: {} for row in explain_rows}

@@ -42,6 +42,11 @@ def repository(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
         assert result.exit_code == 0, result.output
         assert "parity: max |logits - transformers|" in result.output
         assert "'ENTAILMENT': 'entailment'" in result.output
+    rerank = build_export("bert", root / "cross-encoder", {0: "LABEL_0"})
+    exports["bert-rerank"] = rerank
+    result = CliRunner().invoke(app, ["bundle", "import-hf", str(rerank), "--task", "rerank", "--max-texts", "4",
+                                      "-o", str(root / "repository" / "bert-rerank")])
+    assert result.exit_code == 0, result.output
     return root / "repository", exports
 
 
@@ -106,6 +111,35 @@ def test_models_lists_the_kind(repository):
 
     listed = {m["name"]: m for m in run(root, scenario).json()["models"]}
     assert {n: (m["kind"], m["task"], m["status"]) for n, m in listed.items()} == {
-        "bert-nli": ("transformers", "entailment", "ready"), "roberta-nli": ("transformers", "entailment", "ready")}
+        "bert-nli": ("transformers", "entailment", "ready"), "roberta-nli": ("transformers", "entailment", "ready"),
+        "bert-rerank": ("transformers", "rerank", "ready")}
+    assert listed["bert-rerank"]["max_evidence"] == 4
     assert listed["roberta-nli"]["labels"] == LABELS
     assert listed["bert-nli"]["length_buckets"] == {"input_ids": [8, 16, 32, 40]}
+
+
+def test_rerank_with_a_cross_encoder(repository):
+    """/rerank on a one-logit cross-encoder: each text's score is the sigmoid of transformers'
+    logit of its (query, text) pair (raw_scores: the logit), best first; over max_texts a 422."""
+    root, exports = repository
+    query = "what is the man playing ?"
+    texts = [p["hypothesis"] for p in PAIRS] + [LONG]
+
+    async def scenario(client):
+        ranked = await client.post("/rerank", json={"query": query, "texts": texts, "model": "bert-rerank"})
+        raw = await client.post("/rerank", json={"query": query, "texts": texts, "raw_scores": True})
+        many = await client.post("/rerank", json={"query": query, "texts": texts * 2})
+        return ranked, raw, many
+
+    ranked, raw, many = run(root, scenario)
+    model, tokenizer = reference(exports["bert-rerank"])
+    batch = tokenizer([query] * len(texts), texts, padding=True, truncation=True, max_length=40, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits[:, 0].double()
+    assert ranked.status_code == 200, ranked.text
+    order = sorted(range(len(texts)), key=lambda i: -float(logits[i]))
+    assert [r["index"] for r in ranked.json()] == order
+    for answer, expected in ((ranked, torch.sigmoid(logits)), (raw, logits)):
+        assert {r["index"]: r["score"] for r in answer.json()} == pytest.approx(dict(enumerate(expected.tolist())),
+                                                                               abs=1e-5)
+    assert many.status_code == 422 and "at most 4" in many.json()["error"]["message"]

@@ -181,7 +181,7 @@ def test_refusals_say_what_to_do(imported, tmp_path):
     (odd_labels / "config.json").write_text(json.dumps(their))
     with pytest.raises(ImportRefused, match=r"fit no entailment label .* name each logit with --labels"):
         build_config(odd_labels, "entailment", "x", None, None)
-    with pytest.raises(ImportRefused, match="verification and rerank with a pair model are not served yet"):
+    with pytest.raises(ImportRefused, match="verification with a pair model is not served yet"):
         build_config(export, "verification", "x", None, None)
 
 
@@ -195,3 +195,32 @@ def test_a_bundle_whose_graph_changed_is_refused(imported, tmp_path):
     with pytest.raises(BundleError, match=r"inputs \['input_ids', 'attention_mask'\], but .* names"):
         ModelRuntime.load(other, [CPU], 1)
     assert TASKS["entailment"].inputs == ("premise_ids", "hypothesis_ids")
+
+
+def test_reranker_scores_each_pair_on_its_own(tmp_path):
+    """A one-logit cross-encoder imported for rerank: each text's score is transformers' logit of
+    the (query, text) pair (cut longest-first on its own), whatever else the list holds; a
+    two-logit model is refused for rerank."""
+    export = build_export("bert", tmp_path / "exports", {0: "LABEL_0"})
+    bundle = tmp_path / "cross-encoder"
+    write_import(*build_config(export, "rerank", bundle.name, None, None, max_texts=8), bundle)
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    runtime.use_batch_grid(4)
+    query = "what is the man playing on the stage ?"
+    texts = [t for _, t in PAIRS] + [LONG]
+    model, tokenizer = reference(export)
+    batch = tokenizer([query] * len(texts), texts, padding=True, truncation=True, max_length=MAX_LENGTH,
+                      return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).logits.numpy()[:, 0]
+    [listed] = encode(runtime, [SimpleNamespace(query=query, texts=texts)])
+    np.testing.assert_allclose(runtime.run_call([listed.item]).per_text[0], expected, atol=TOLERANCE, rtol=0)
+    assert listed.truncated
+    # a text's score alone, and as the second input of a batch beside a longer list
+    alone = encode(runtime, [SimpleNamespace(query=query, texts=[t]) for t in texts])
+    for k, e in enumerate(alone):
+        two = runtime.run_batch([listed.item, e.item])[0].per_text
+        assert two[1] == pytest.approx([expected[k]], abs=TOLERANCE)
+    assert np.ptp(expected) > 1e-3
+    with pytest.raises(ImportRefused, match="one logit"):
+        build_config(build_export("roberta", tmp_path / "exports"), "rerank", "x", None, None)
