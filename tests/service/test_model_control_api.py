@@ -210,6 +210,37 @@ def test_a_request_naming_a_version_that_reloads_meanwhile_follows_the_new_load(
     assert resolved.retired and follows is now and not follows.retired and follows is not resolved
 
 
+def test_unloading_and_loading_one_version_under_traffic_answers_no_5xx(versioned):
+    """Version 1 is unloaded and loaded again while requests keep coming, some naming it: a
+    request naming no version always gets an answer, one naming version 1 an answer or a 422."""
+    async def scenario():
+        async with running_app(settings(versioned, model_control_mode="explicit")) as (app, client):
+            named, unnamed, stop = [], [], asyncio.Event()
+
+            async def keep_asking(version: str | None, answers: list) -> None:
+                while not stop.is_set():
+                    body = {**VERIFY, "version": version} if version else VERIFY
+                    answers.append(await client.post("/verify", json=body))
+                    await asyncio.sleep(0)  # a 422 answers in process without ever yielding to the loop
+
+            senders = [asyncio.create_task(keep_asking(v, named if v else unnamed)) for v in ("1", None) * 3]
+            controls = []
+            for round_ in range(6):
+                if round_ % 2 == 0:
+                    controls.append(await client.post(f"{REPO}/fever/unload", json={"version": "1"}))
+                else:
+                    controls.append(await client.post(f"{REPO}/fever/load"))
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.gather(*senders)
+            return controls, named, unnamed
+    controls, named, unnamed = asyncio.run(scenario())
+    assert [c.status_code for c in controls] == [200] * 6, [c.text for c in controls]
+    assert len(unnamed) > 20 and set(verify_versions(unnamed)) == {"2"}
+    assert {a.status_code for a in named} <= {200, 422} and any(a.status_code == 200 for a in named)
+    assert {a.json()["error"]["code"] for a in named if a.status_code == 422} <= {"unknown_model"}
+
+
 # --- the workers' control log -------------------------------------------------------------------
 
 def with_log(app, tmp_path, expected: int = 1):
