@@ -5,6 +5,7 @@ transformers from a config, a tokenizer trained with `tokenizers` on a small cor
 
 - bert: WordPiece, [CLS] a [SEP] b [SEP], token_type_ids
 - roberta: byte-level BPE, <s> a </s></s> b </s>, no token_type_ids, padding id 1
+- deberta-v2: Unigram (SentencePiece-like, Metaspace), [CLS] a [SEP] b [SEP], token_type_ids
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ CORPUS = [
 ]
 NLI_LABELS = {0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}
 # position tables: BERT reads 40 tokens, RoBERTa 42 - (pad id 1 + 1) = 40
-MAX_POSITIONS = {"bert": 40, "roberta": 42}
+MAX_POSITIONS = {"bert": 40, "roberta": 42, "deberta-v2": 40}
+# the feeds of each (RoBERTa has no token types)
+TOKEN_TYPES = {"bert": True, "roberta": False, "deberta-v2": True}
 
 
 def bert_tokenizer():
@@ -52,10 +55,32 @@ def roberta_tokenizer():
     return tok
 
 
+def deberta_tokenizer():
+    """A Unigram model over the corpus's words (the trainer prunes a corpus this small to single
+    letters): each word a piece, each letter one, anything else [UNK]."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    words = sorted({w for line in CORPUS for w in line.split()})
+    letters = sorted({c for w in words for c in w} | {"\u2581"})
+    vocab = [(t, 0.0) for t in specials] + [(f"\u2581{w}", -2.0) for w in words] + [(c, -5.0) for c in letters]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=specials.index("[UNK]")))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tok
+
+
+TOKENIZERS = {"bert": bert_tokenizer, "roberta": roberta_tokenizer, "deberta-v2": deberta_tokenizer}
+
+
 def build_model(kind: str, vocab_size: int, id2label: dict[int, str]):
     import torch
-    from transformers import (BertConfig, BertForSequenceClassification, RobertaConfig,
-                              RobertaForSequenceClassification)
+    from transformers import (BertConfig, BertForSequenceClassification, DebertaV2Config,
+                              DebertaV2ForSequenceClassification, RobertaConfig, RobertaForSequenceClassification)
 
     torch.manual_seed(7)
     sizes = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -63,6 +88,10 @@ def build_model(kind: str, vocab_size: int, id2label: dict[int, str]):
                  id2label=id2label, label2id={v: k for k, v in id2label.items()}, attn_implementation="eager")
     if kind == "bert":
         return BertForSequenceClassification(BertConfig(pad_token_id=0, **sizes)).eval()
+    if kind == "deberta-v2":
+        return DebertaV2ForSequenceClassification(DebertaV2Config(
+            pad_token_id=0, type_vocab_size=2, relative_attention=True, position_buckets=16, max_relative_positions=-1,
+            pos_att_type=["p2c", "c2p"], **sizes)).eval()
     return RobertaForSequenceClassification(RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2,
                                                           type_vocab_size=1, **sizes)).eval()
 
@@ -91,14 +120,14 @@ def build_export(kind: str, root: Path, id2label: dict[int, str] = NLI_LABELS, *
     """`root/kind`: model.onnx, tokenizer.json, config.json (+ the PyTorch weights with `weights`)."""
     out = root / kind
     out.mkdir(parents=True)
-    tok = bert_tokenizer() if kind == "bert" else roberta_tokenizer()
+    tok = TOKENIZERS[kind]()
     tok.save(str(out / "tokenizer.json"))
     model = build_model(kind, tok.get_vocab_size(), id2label)
     if weights:
         model.save_pretrained(out)
     else:
         model.config.save_pretrained(out)
-    export_onnx(model, out / "model.onnx", token_types=kind == "bert")
+    export_onnx(model, out / "model.onnx", token_types=TOKEN_TYPES[kind])
     return out
 
 
@@ -110,6 +139,6 @@ def reference(export: Path):
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(export / "tokenizer.json"))
     tokenizer.pad_token_id = model.config.pad_token_id
     # the feeds the model reads (a bare PreTrainedTokenizerFast makes no token_type_ids)
-    types = model.config.model_type == "bert"
+    types = TOKEN_TYPES[model.config.model_type]
     tokenizer.model_input_names = ["input_ids", *(["token_type_ids"] if types else []), "attention_mask"]
     return model, tokenizer

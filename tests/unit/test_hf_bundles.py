@@ -24,7 +24,7 @@ from service.inference.runtime import CPU, ModelRuntime  # noqa: E402
 from service.inference.tasks import encode  # noqa: E402
 from tests.hf_models import build_export, reference  # noqa: E402
 
-KINDS = ("bert", "roberta")
+KINDS = ("bert", "roberta", "deberta-v2")
 MAX_LENGTH = 40  # both tiny models' sequence length
 LONG = " ".join(["the children are playing football in the park near the kitchen"] * 6)
 PAIRS = [
@@ -75,7 +75,7 @@ def test_sequences_are_the_tokenizers_own(imported, kind):
         own = tokenizer(*pair, truncation=True, max_length=MAX_LENGTH)
         sequence = e.item.ids[0]
         assert list(sequence) == own["input_ids"]
-        if "token_type_ids" in own and kind == "bert":
+        if "token_type_ids" in own:
             assert sequence.type_ids == own["token_type_ids"]
         assert e.truncated == (len(tokenizer(*pair)["input_ids"]) > MAX_LENGTH)
     assert [e.truncated for e in items(runtime, PAIRS)] == [False, False, False, True, True, True]
@@ -224,3 +224,19 @@ def test_reranker_scores_each_pair_on_its_own(tmp_path):
     assert np.ptp(expected) > 1e-3
     with pytest.raises(ImportRefused, match="one logit"):
         build_config(build_export("roberta", tmp_path / "exports"), "rerank", "x", None, None)
+
+
+@pytest.mark.parametrize("kind,unknown", [("bert", True), ("roberta", False), ("deberta-v2", True)])
+def test_unknown_token_share(imported, kind, unknown):
+    """unknown_token_share counts the model's unknown token among the texts' own tokens (not the
+    template's): WordPiece and Unigram map an unseen character to it; byte-level BPE has none."""
+    _, bundle = imported[kind]
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    plain, odd = encode(runtime, [SimpleNamespace(premise="the cat sleeps .", hypothesis="a dog ."),
+                                  SimpleNamespace(premise="the cat sleeps \u20ac", hypothesis="\u2603 dog .")])
+    assert plain.unknown_share == 0.0
+    fields = runtime.encoder.encode_fields(TASKS["entailment"], [SimpleNamespace(premise="the cat sleeps \u20ac",
+                                                                                 hypothesis="\u2603 dog .")], MAX_LENGTH)
+    total = sum(len(encoded.ids[0]) for _, encoded, _ in fields)
+    count = sum(encoded.unknown[0] for _, encoded, _ in fields)
+    assert (count > 0) is unknown and odd.unknown_share == pytest.approx(count / total, abs=1e-4)
