@@ -79,7 +79,7 @@ def train(
     """Train a network from a recipe and write a checkpoint (weights, tokenizer, metrics). With --data-dir
     a training pack (`attserve data pack`) the data, vectors and out-of-domain sets come from it alone."""
     from training.recipes import EmbeddingsSection, TrainSection, load_recipe
-    from training.trainer import train as run_train
+    from training.trainer import TrainOptions, train as run_train
     if precision not in ("auto", "fp32", "bf16"):
         raise typer.BadParameter(f"{precision!r}: expected auto, fp32 or bf16", param_hint="--precision")
     loaded = load_recipe(recipe)
@@ -103,9 +103,10 @@ def train(
     from training.trainer import VectorsUnavailable
 
     try:
-        result = run_train(loaded, out, progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from,
-                           average_with=average_with, precision=precision, compile_network_forward=compile_forward,
-                           time_budget_minutes=time_budget, loader_worker_count=loader_workers)
+        options = TrainOptions(progress=progress, threads=threads or None, cache_dir=data_dir, device=device, init_from=init_from,
+                               average_with=average_with, precision=precision, compile_network_forward=compile_forward,
+                               time_budget_minutes=time_budget, loader_worker_count=loader_workers)
+        result = run_train(loaded, out, options)
     except VectorsUnavailable as exc:  # offline without the GloVe package: say how to go on, no traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -168,7 +168,7 @@ def run_row(
         task_metrics,
     )
     from training.recipes import TrainSection, load_recipe
-    from training.trainer import EncodedExamples, predict_logits, train
+    from training.trainer import EncodedExamples, TrainOptions, predict_logits, train
 
     started = time.perf_counter()
     recipe = load_recipe(recipe_path(task, model))
@@ -183,8 +183,8 @@ def run_row(
 
     def train_and_score(data: Any, folder: Path) -> tuple[Any, Any, Any]:
         """Train on `data`; the kept network's (dev logits, test logits)."""
-        result = train(recipe, folder, progress=progress, threads=threads, splits=data, cache_dir=cache_dir, device=device,
-                       select_metric=selection_metric(task, data.dev, labels))
+        result = train(recipe, folder, TrainOptions(progress=progress, threads=threads, splits=data, cache_dir=cache_dir,
+                                                    device=device, select_metric=selection_metric(task, data.dev, labels)))
         network = result.network.eval()
         encoder = TextEncoder.from_file(Path(folder) / TOKENIZER_FILE)
 

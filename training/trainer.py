@@ -1,12 +1,16 @@
 """Train a network from a recipe and write a checkpoint; evaluate a checkpoint on a split.
 
-`train(recipe, out_dir)`:
-  seed torch/numpy/random -> load the splits -> build the tokenizer on the train texts ->
-  encode every split once (training.batching.encode_examples, the one encoding path) ->
-  build the network -> GloVe init (optional) -> epochs of length-bucketed shuffled batches
-  (optimiser, gradient clipping, lr schedule) -> dev evaluation every epoch or every N steps
-  -> early stopping on dev accuracy, keeping the best weights -> dev/test metrics ->
-  `metrics.json` + checkpoint (training.checkpoint.save_checkpoint).
+`train(recipe, out_dir, options)` (options: training.options.TrainOptions) runs named steps, as
+timm's train.py does:
+  start_run: seed torch/numpy/random, threads, device ->
+  load_training_data: the splits -> the tokenizer on the train texts -> every split encoded once
+    (training.batching.encode_examples, the one encoding path) (prepare_data) ->
+  build_initial_network: the network -> GloVe rows / a checkpoint's weights / an average ->
+  TrainingLoop.run: epochs of length-bucketed shuffled batches (train_one_epoch: optimiser,
+    gradient clipping, lr schedule) -> dev evaluation every epoch or every N steps (validate) ->
+    early stopping on the selection score keeping the best weights, the time budget ->
+  finish: dev/test metrics of the kept weights -> checkpoint (training.checkpoint.save_checkpoint)
+    + `metrics.json`.
 
 Determinism: every random draw comes from the recipe seed (python `random`, numpy's
 generator for batch order, torch's global generator for init and dropout), so the same
@@ -52,6 +56,7 @@ from training.batching import encode_examples, label_ids
 from training.checkpoint import TOKENIZER_FILE, load_checkpoint, make_meta, save_checkpoint
 from training.examples import ClaimExample, DatasetSplits, Example, subsample, texts_of
 from training.metrics import classification_metrics
+from training.options import TrainOptions
 from training.pair_evaluation import RANKING_DATASETS, selection_metric, task_metrics
 from training.recipes import Recipe, TrainSection
 from training.time_budget import TimeBudget
@@ -631,6 +636,37 @@ class LoopState:
 CUDA_STATS_EVERY = 50
 
 
+class EpochStats:
+    """An epoch's training loss and accuracy. Each step's loss x examples and correct predictions
+    are summed on the device (no sync per step) until `read`, which waits for the device and adds
+    them to the epoch's sums and the loop's window (the figures since the last dev evaluation)."""
+
+    def __init__(self, window: dict[str, float]) -> None:
+        self.window = window
+        self.loss_sum, self.correct_sum, self.seen = 0.0, 0, 0
+        self.pending_loss: torch.Tensor | None = None
+        self.pending_correct: torch.Tensor | None = None
+        self.pending_seen = 0
+
+    def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        n = len(labels)
+        step_loss = loss.detach().double() * n
+        step_correct = (logits.detach().argmax(-1) == labels).sum()
+        self.pending_loss = step_loss if self.pending_loss is None else self.pending_loss + step_loss
+        self.pending_correct = step_correct if self.pending_correct is None else self.pending_correct + step_correct
+        self.pending_seen += n
+
+    def read(self) -> None:
+        if self.pending_loss is None:
+            return
+        batch_loss, correct = float(self.pending_loss), int(self.pending_correct)
+        self.loss_sum, self.correct_sum, self.seen = self.loss_sum + batch_loss, self.correct_sum + correct, self.seen + self.pending_seen
+        self.window["loss"] += batch_loss
+        self.window["correct"] += correct
+        self.window["seen"] += self.pending_seen
+        self.pending_loss, self.pending_correct, self.pending_seen = None, None, 0
+
+
 def train_one_epoch(
     network: TextClassifier,
     data: EncodedExamples,
@@ -656,25 +692,9 @@ def train_one_epoch(
     accuracy."""
     network.train()
     bar = tqdm(total=len(batches), desc=bar_label, unit="batch", disable=not progress, dynamic_ncols=True)
-    loss_sum, correct_sum, seen = 0.0, 0, 0
-    # loss x examples and correct predictions since the last read, on the device (no sync per step)
-    pending_loss: torch.Tensor | None = None
-    pending_correct: torch.Tensor | None = None
-    pending_seen = 0
+    stats = EpochStats(state.window)
     stats_every = CUDA_STATS_EVERY if device.type == "cuda" else 1
     stream = batch_stream(data, batches, device, workers)
-
-    def read_stats() -> None:
-        nonlocal loss_sum, correct_sum, seen, pending_loss, pending_correct, pending_seen
-        if pending_loss is None:
-            return
-        batch_loss, correct = float(pending_loss), int(pending_correct)
-        loss_sum, correct_sum, seen = loss_sum + batch_loss, correct_sum + correct, seen + pending_seen
-        state.window["loss"] += batch_loss
-        state.window["correct"] += correct
-        state.window["seen"] += pending_seen
-        pending_loss, pending_correct, pending_seen = None, None, 0
-
     try:
         for _ in range(len(batches)):
             if out_of_time is not None and out_of_time():
@@ -691,32 +711,27 @@ def train_one_epoch(
             optimizer.step()
             if step_schedule is not None:
                 step_schedule.step()
-            n = len(batch_labels)
-            step_loss = loss.detach().double() * n
-            step_correct = (logits.detach().argmax(-1) == batch_labels).sum()
-            pending_loss = step_loss if pending_loss is None else pending_loss + step_loss
-            pending_correct = step_correct if pending_correct is None else pending_correct + step_correct
-            pending_seen += n
+            stats.add(loss, logits, batch_labels)
             state.step += 1
-            state.examples_seen += n
+            state.examples_seen += len(batch_labels)
             if state.step % stats_every == 0:
-                read_stats()  # waits for the GPU: the step time below includes its queue
+                stats.read()  # waits for the GPU: the step time below includes its queue
             state.train_seconds += time.perf_counter() - tick
             bar.update(1)
-            if seen:
-                bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct_sum / seen:.3f}",
+            if stats.seen:
+                bar.set_postfix(loss=f"{stats.loss_sum / stats.seen:.4f}", acc=f"{stats.correct_sum / stats.seen:.3f}",
                                 items_s=f"{state.examples_seen / max(state.train_seconds, 1e-9):.0f}", refresh=False)
             if evaluate is not None and cfg.eval_every is not None and state.step % cfg.eval_every == 0:
-                read_stats()
+                stats.read()
                 stop = evaluate()
                 network.train()
                 if stop:
                     break
     finally:
         stream.close()  # stops DataLoader workers when the epoch ends early
-    read_stats()
+    stats.read()
     bar.close()
-    return {"train_loss": loss_sum / max(1, seen), "train_accuracy": correct_sum / max(1, seen)}
+    return {"train_loss": stats.loss_sum / max(1, stats.seen), "train_accuracy": stats.correct_sum / max(1, stats.seen)}
 
 
 def validate(
@@ -753,138 +768,127 @@ def evaluate_ood(network: TextClassifier, ood_data: Sequence[tuple[Any, EncodedE
             for ood_set, encoded in ood_data}
 
 
-def train(
-    recipe: Recipe,
-    out_dir: str | Path,
-    progress: bool = True,
-    threads: int | None = None,
-    splits: DatasetSplits | None = None,
-    cache_dir: str | Path | None = None,
-    device: str = "cpu",
-    init_from: str | Path | None = None,
-    select_metric: Callable[[np.ndarray], float] | None = None,
-    average_with: str | Path | None = None,
-    precision: str = "auto",
-    compile_network_forward: bool = False,
-    time_budget_minutes: float | None = None,
-    loader_worker_count: int | None = None,
-) -> TrainResult:
-    """Train `recipe` into the checkpoint directory `out_dir`. `splits` overrides the recipe's
-    data (tests, notebooks); `threads` defaults to every core this process may use; `device`
-    is "cpu", "cuda" or "auto" (the checkpoint is the same CPU safetensors file either way).
-    `init_from` starts from a checkpoint's tokenizer and weights instead of GloVe/random
-    (fine-tuning on changed data); its network config must equal the recipe's. `average_with`
-    (a checkpoint of the same network and vocabulary) is then averaged in, weight by weight
-    ([train] average_weight); with epochs = 0 the average is the checkpoint.
-    `select_metric` scores the dev logits (N, C), in dev order, for model selection in place of
-    dev accuracy (e.g. MAP for answer ranking, training.pair_evaluation.selection_metric); for a
-    mixed dataset (`splits.sources`) it defaults to the mean per-source dev accuracy, and the
-    per-source accuracies are recorded in the history and the metrics (`by_source`).
-    `precision` ("auto": bf16 autocast on CUDA, fp32 on CPU; "fp32"; "bf16"),
-    `compile_network_forward` (torch.compile) and `loader_worker_count` (default: by device) are
-    training.acceleration's; `time_budget_minutes` ends the run, data preparation included, in
-    that time (training.time_budget), keeping the best weights by dev."""
+# ---------------------------------------------------------------------------------------------
+# Training in steps: start -> load data -> build the network -> the loop -> finish
+
+
+@dataclass
+class RunContext:
+    """What a run fixes before its data loads: where it writes, what it runs on, its clock."""
+
+    out_dir: Path
+    started: float  # time.perf_counter() at the start, data preparation included
+    budget: TimeBudget | None
+    threads: int
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    workers: int  # DataLoader workers padding batches ahead
+
+
+def start_run(recipe: Recipe, out_dir: str | Path, options: TrainOptions) -> RunContext:
+    """Check the options against the recipe, make `out_dir`, set the threads and the device, seed
+    every generator (before any data is drawn)."""
     started = time.perf_counter()
-    budget = TimeBudget(time_budget_minutes, started) if time_budget_minutes is not None else None
-    cfg = recipe.train
-    if cfg.average_with is not None and average_with is None:
+    budget = TimeBudget(options.time_budget_minutes, started) if options.time_budget_minutes is not None else None
+    if recipe.train.average_with is not None and options.average_with is None:
         # with epochs = 0 the checkpoint would silently be init_from's weights alone
-        raise ValueError(f"{recipe.name} averages with the checkpoint of {cfg.average_with!r}: pass its directory "
+        raise ValueError(f"{recipe.name} averages with the checkpoint of {recipe.train.average_with!r}: pass its directory "
                          "(average_with=, or `attserve train --average-with`)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    threads = threads or available_cores()
+    threads = options.threads or available_cores()
     torch.set_num_threads(threads)
-    target = resolve_device(device)
-    amp_dtype = autocast_dtype(target.type, precision)
-    workers = loader_workers(target.type, threads) if loader_worker_count is None else loader_worker_count
-    seed_everything(cfg.seed)
+    device = resolve_device(options.device)
+    amp_dtype = autocast_dtype(device.type, options.precision)
+    workers = loader_workers(device.type, threads) if options.loader_worker_count is None else options.loader_worker_count
+    seed_everything(recipe.train.seed)
+    return RunContext(out_dir, started, budget, threads, device, amp_dtype, workers)
 
-    if splits is None:
-        splits = load_splits(recipe, cache_dir)
+
+def load_training_data(recipe: Recipe, context: RunContext,
+                       options: TrainOptions) -> tuple[DatasetSplits, PreparedData, tuple[list[str], np.ndarray] | None]:
+    """The splits (the recipe's, or `options.splits`), checked against the recipe, its pretrained
+    vectors (None without GloVe) and the data prepared for the loop (`prepare_data`)."""
+    from training import pack
+
+    splits = options.splits if options.splits is not None else load_splits(recipe, options.cache_dir)
     expected = recipe.data.expected_task
     if expected is not None and expected != splits.task:
         raise ValueError(f"{recipe.name}: recipe expects task {expected}, the data is {splits.task}")
     recipe.check_limits(splits.task)
-    vectors = load_vectors(recipe, cache_dir) if recipe.embeddings.glove else None
+    vectors = load_vectors(recipe, options.cache_dir) if recipe.embeddings.glove else None
+    ood_root = pack.pack_ood_dir(options.cache_dir) if pack.is_pack(options.cache_dir) else None
+    data = prepare_data(recipe, splits, vectors, context.out_dir, options.init_from, options.select_metric, ood_root=ood_root)
+    return splits, data, vectors
+
+
+def build_initial_network(recipe: Recipe, task: str, data: PreparedData, vectors: tuple[list[str], np.ndarray] | None,
+                          context: RunContext, options: TrainOptions) -> tuple[TextClassifier, float | None]:
+    """The recipe's network with its starting weights (random, then GloVe rows, then a checkpoint's,
+    then averaged with another's), on the run's device and compiled if asked; and the GloVe
+    vocabulary coverage (None without vectors)."""
     from training import pack
 
-    data = prepare_data(recipe, splits, vectors, out_dir, init_from, select_metric,
-                        ood_root=pack.pack_ood_dir(cache_dir) if pack.is_pack(cache_dir) else None)
-    labels, tokenizer, tokenizer_path, encoder = data.labels, data.tokenizer, data.tokenizer_path, data.encoder
-    train_data, dev_data, test_data, dev_sources = data.train, data.dev, data.test, data.dev_sources
-    select_metric, ranking, bias, ood_data = data.select_metric, data.ranking, data.bias, data.ood
-    limits = recipe.limits
-
-    tuned = {"tuned_vocab_size": trainable_rows(tokenizer)} if recipe.embeddings.tuned_channel else {}
-    network = build_network(
-        recipe.model.architecture,
-        task=splits.task,
-        vocab_size=encoder.vocab_size,
-        num_labels=len(labels),
-        **recipe.model.overrides,
-        **tuned,
-    )
+    cache_dir = options.cache_dir
+    tuned = {"tuned_vocab_size": trainable_rows(data.tokenizer)} if recipe.embeddings.tuned_channel else {}
+    network = build_network(recipe.model.architecture, task=task, vocab_size=data.encoder.vocab_size,
+                            num_labels=len(data.labels), **recipe.model.overrides, **tuned)
     _check_length_limits(recipe, network)
     coverage = None
     if vectors is not None:
         coverage = init_embeddings_from_glove(
-            network, tokenizer.get_vocab(), recipe.embeddings.trainable, cfg.seed, vectors,
+            network, data.tokenizer.get_vocab(), recipe.embeddings.trainable, recipe.train.seed, vectors,
             freeze_pretrained=recipe.embeddings.freeze_pretrained, tuned_channel=recipe.embeddings.tuned_channel,
             vectors_std=pack.pack_vectors_std(cache_dir, recipe) if pack.is_pack(cache_dir) else None,
         )
-        del vectors
-    if init_from is not None:
-        _load_initial_weights(network, tokenizer, init_from, labels, cfg.init_labels)
-    if average_with is not None:
-        _average_weights(network, tokenizer, average_with, labels, cfg)
-    network.to(target)
-    if compile_network_forward:
+    if options.init_from is not None:
+        _load_initial_weights(network, data.tokenizer, options.init_from, data.labels, recipe.train.init_labels)
+    if options.average_with is not None:
+        _average_weights(network, data.tokenizer, options.average_with, data.labels, recipe.train)
+    network.to(context.device)
+    if options.compile_network_forward:
         compile_network(network)
-    params = [p for p in network.parameters() if p.requires_grad]
-    log.info(
-        "training",
-        extra={
-            "recipe": recipe.name,
-            "architecture": recipe.model.architecture,
-            "task": splits.task,
-            "train_examples": len(train_data),
-            "dev_examples": len(dev_data),
-            "test_examples": len(test_data),
-            "vocab_size": encoder.vocab_size,
-            "glove_coverage": coverage,
-            "trainable_parameters": sum(p.numel() for p in params),
-            "threads": threads,
-            "device": str(target),
-            "autocast": str(amp_dtype) if amp_dtype else None,
-            "loader_workers": workers,
-            "compiled": compile_network_forward,
-            "time_budget_minutes": time_budget_minutes,
-        },
-    )
+    return network, coverage
 
-    optimizer = make_optimizer(params, cfg, target.type)
-    steps_per_epoch = math.ceil(len(train_data) / cfg.batch_size)
-    step_schedule = make_step_schedule(optimizer, cfg, steps_per_epoch * cfg.epochs)
-    plateau = (
-        torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=cfg.plateau_factor, patience=cfg.plateau_patience)
-        if cfg.schedule == "plateau"
-        else None
-    )
-    stopper = EarlyStopping(cfg.patience)
-    batch_rng = np.random.default_rng(cfg.seed)
-    state = LoopState()
 
-    ood_examples = sum(len(encoded) for _, encoded in ood_data)
+class TrainingLoop:
+    """Epochs of `train_one_epoch` with dev evaluations (`validate`): early stopping on the
+    selection score keeping the best weights, the plateau schedule, [train] max_wall_minutes and
+    the time budget (training.time_budget). Build it after the network: its optimizer takes the
+    network's trainable parameters."""
 
-    def evaluate_dev() -> bool:
+    def __init__(self, recipe: Recipe, network: TextClassifier, data: PreparedData, context: RunContext,
+                 progress: bool) -> None:
+        cfg = self.cfg = recipe.train
+        self.recipe, self.network, self.data, self.context, self.progress = recipe, network, data, context, progress
+        self.params = [p for p in network.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.params, cfg, context.device.type)
+        self.steps_per_epoch = math.ceil(len(data.train) / cfg.batch_size)
+        self.step_schedule = make_step_schedule(self.optimizer, cfg, self.steps_per_epoch * cfg.epochs)
+        self.plateau = (
+            torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, mode="max", factor=cfg.plateau_factor,
+                                                       patience=cfg.plateau_patience)
+            if cfg.schedule == "plateau"
+            else None
+        )
+        self.stopper = EarlyStopping(cfg.patience)
+        self.batch_rng = np.random.default_rng(cfg.seed)
+        self.state = LoopState()
+        self.ood_examples = sum(len(encoded) for _, encoded in data.ood)
+        # what is left to do once the budget ends training: a dev evaluation of the weights since the
+        # last one, then the kept weights' dev, test and out-of-domain metrics
+        self.closing_examples = len(data.dev) + len(data.test) + self.ood_examples
+
+    def evaluate_dev(self) -> bool:
         """A dev evaluation: recorded, kept if best, fed to the plateau schedule; True when
         training should stop (early stopping or the time budget)."""
+        cfg, state, data, budget = self.cfg, self.state, self.data, self.context.budget
         tick = time.perf_counter()
-        with autocast(target.type, amp_dtype):
-            dev, ood, score = validate(network, dev_data, labels, cfg.eval_batch_size, select_metric, dev_sources, ood_data)
+        with autocast(self.context.device.type, self.context.amp_dtype):
+            dev, ood, score = validate(self.network, data.dev, data.labels, cfg.eval_batch_size, data.select_metric,
+                                       data.dev_sources, data.ood)
         if budget is not None:
-            budget.record_evaluation(len(dev_data) + ood_examples, time.perf_counter() - tick)
+            budget.record_evaluation(len(data.dev) + self.ood_examples, time.perf_counter() - tick)
         window = state.window
         record = {
             "epoch": state.epoch,
@@ -896,153 +900,216 @@ def train(
             **{f"dev_{name}_accuracy": acc for name, acc in dev.get("by_source", {}).items()},
             **{f"ood_{name}_accuracy": m["accuracy"] for name, m in ood.items()},
             "selection_score": score,
-            "lr": optimizer.param_groups[0]["lr"],
-            "elapsed_s": round(time.perf_counter() - started, 2),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "elapsed_s": round(time.perf_counter() - self.context.started, 2),
         }
-        record["best"] = stopper.update(score, network, epoch=state.epoch, step=state.step)
+        record["best"] = self.stopper.update(score, self.network, epoch=state.epoch, step=state.step)
         state.out_of_time = state.out_of_time or (cfg.max_wall_minutes is not None and record["elapsed_s"] > 60 * cfg.max_wall_minutes)
         state.history.append(record)
         log.info("evaluation", extra=record)
-        if plateau is not None:
-            plateau.step(score)
+        if self.plateau is not None:
+            self.plateau.step(score)
         window.update(loss=0.0, correct=0, seen=0)
-        return stopper.should_stop or state.out_of_time
+        return self.stopper.should_stop or state.out_of_time
 
-    # what is left to do once the budget ends training: a dev evaluation of the weights since the
-    # last one, then the kept weights' dev, test and out-of-domain metrics
-    closing_examples = len(dev_data) + len(test_data) + ood_examples
-    if budget is not None and len(dev_data):
+    def time_evaluation(self) -> None:
+        """With a time budget: time an evaluation pass on a random sample of dev before the first
+        step (dev sorted by length would time only the shortest)."""
+        budget, dev = self.context.budget, self.data.dev
+        if budget is None or not len(dev):
+            return
         # its own generator: the torch and numpy draws of training stay as they are
-        probe = dev_data.subset(np.random.default_rng(cfg.seed).permutation(len(dev_data))[:EVAL_PROBE_EXAMPLES])
+        probe = dev.subset(np.random.default_rng(self.cfg.seed).permutation(len(dev))[:EVAL_PROBE_EXAMPLES])
         # scored twice, the second pass timed: the first pays one-off costs (CUDA context, cuBLAS
         # handles, kernel loading) that no later evaluation pays; timing that pass ended the first GPU
         # run's FEVER training after 233 of its 2,533 steps, at 25 s of its 195.
         for _ in range(2):
             tick = time.perf_counter()
-            with autocast(target.type, amp_dtype):
-                predict_logits(network, probe, cfg.eval_batch_size)
+            with autocast(self.context.device.type, self.context.amp_dtype):
+                predict_logits(self.network, probe, self.cfg.eval_batch_size)
         budget.record_evaluation(len(probe), time.perf_counter() - tick)
 
-    def out_of_time() -> bool:
-        if budget is None:
-            return False
+    def out_of_time(self) -> bool:
+        """True when the next step, a dev evaluation and the closing work no longer fit the budget."""
+        state = self.state
         per_example = state.train_seconds / state.examples_seen if state.examples_seen else None
         step_seconds = state.train_seconds / state.step if state.step else 0.0
-        reserve = budget.reserve(len(dev_data) + ood_examples, closing_examples, per_example)
-        return not budget.step_fits(step_seconds, reserve)
+        reserve = self.context.budget.reserve(len(self.data.dev) + self.ood_examples, self.closing_examples, per_example)
+        return not self.context.budget.step_fits(step_seconds, reserve)
 
-    for epoch in range(1, cfg.epochs + 1):
-        state.epoch = epoch
-        batches = bucketed_batches(train_data.costs, cfg.batch_size, cfg.bucket_batches, batch_rng)
-        epoch_stats = train_one_epoch(network, train_data, batches, optimizer, params, cfg, state, target, step_schedule,
-                                      evaluate_dev, f"{recipe.name} epoch {epoch}/{cfg.epochs}", progress,
-                                      amp_dtype=amp_dtype, workers=workers, out_of_time=out_of_time if budget else None)
-        if cfg.eval_every is None and not (state.out_of_time and state.history and state.history[-1]["step"] == state.step):
-            evaluate_dev()
-        log.info("epoch", extra={"epoch": epoch, "step": state.step, **epoch_stats})
-        if stopper.should_stop:
-            log.info("early stop", extra={"epoch": epoch, "step": state.step, "best_selection_score": stopper.best_score,
-                                          **stopper.best_at})
-            break
-        if state.out_of_time:
-            log.info("time budget spent", extra={"epoch": epoch, "step": state.step, "max_wall_minutes": cfg.max_wall_minutes,
-                                                 "time_budget_minutes": time_budget_minutes,
-                                                 "best_selection_score": stopper.best_score})
-            break
-    history, step, epoch = state.history, state.step, state.epoch
-    if not history or history[-1]["step"] != step:  # eval_every did not land on the last step
-        evaluate_dev()
-    stopped_early = step < steps_per_epoch * cfg.epochs
+    def run(self) -> None:
+        """The epochs, until the last, early stopping or the end of the time; the weights since the
+        last dev evaluation are always evaluated."""
+        cfg, state, context = self.cfg, self.state, self.context
+        self.time_evaluation()
+        for epoch in range(1, cfg.epochs + 1):
+            state.epoch = epoch
+            batches = bucketed_batches(self.data.train.costs, cfg.batch_size, cfg.bucket_batches, self.batch_rng)
+            epoch_stats = train_one_epoch(
+                self.network, self.data.train, batches, self.optimizer, self.params, cfg, state, context.device,
+                self.step_schedule, self.evaluate_dev, f"{self.recipe.name} epoch {epoch}/{cfg.epochs}", self.progress,
+                amp_dtype=context.amp_dtype, workers=context.workers,
+                out_of_time=self.out_of_time if context.budget else None)
+            if cfg.eval_every is None and not (state.out_of_time and state.history and state.history[-1]["step"] == state.step):
+                self.evaluate_dev()
+            log.info("epoch", extra={"epoch": epoch, "step": state.step, **epoch_stats})
+            if self.stopper.should_stop:
+                log.info("early stop", extra={"epoch": epoch, "step": state.step, "best_selection_score": self.stopper.best_score,
+                                              **self.stopper.best_at})
+                break
+            if state.out_of_time:
+                log.info("time budget spent", extra={"epoch": epoch, "step": state.step, "max_wall_minutes": cfg.max_wall_minutes,
+                                                     "time_budget_minutes": context.budget.minutes if context.budget else None,
+                                                     "best_selection_score": self.stopper.best_score})
+                break
+        if not state.history or state.history[-1]["step"] != state.step:  # eval_every did not land on the last step
+            self.evaluate_dev()
 
-    stopper.restore(network)
+    @property
+    def stopped_early(self) -> bool:
+        return self.state.step < self.steps_per_epoch * self.cfg.epochs
+
+
+def final_metrics(network: TextClassifier, splits: DatasetSplits, data: PreparedData, part: str,
+                  batch_size: int) -> dict[str, Any]:
+    """The metrics of split `part` ("dev" or "test"): per source for a mixed dataset, with the
+    ranking metrics for answer selection."""
+    encoded = data.dev if part == "dev" else data.test
+    logits = predict_logits(network, encoded, batch_size)
+    predicted = logits.argmax(-1)
+    metrics = classification_metrics(encoded.labels, predicted, data.labels)
+    if splits.sources.get(part):
+        metrics["by_source"] = accuracy_by_source(encoded.labels, predicted, splits.sources[part])
+    if data.ranking:
+        metrics["ranking"] = task_metrics(splits.name, getattr(splits, part), data.labels, logits)
+    return metrics
+
+
+def finish(recipe: Recipe, splits: DatasetSplits, data: PreparedData, loop: TrainingLoop, context: RunContext,
+           options: TrainOptions, coverage: float | None) -> TrainResult:
+    """Restore the best weights, score them on dev, test and the out-of-domain sets, and write the
+    checkpoint and `metrics.json`; the network ends on CPU in eval mode."""
+    network, cfg, state = loop.network, recipe.train, loop.state
+    loop.stopper.restore(network)
     network.eval()
     uncompile_network(network)
-
-    def final_metrics(data: EncodedExamples, part: str) -> dict[str, Any]:
-        logits = predict_logits(network, data, cfg.eval_batch_size)
-        predicted = logits.argmax(-1)
-        metrics = classification_metrics(data.labels, predicted, labels)
-        if splits.sources.get(part):
-            metrics["by_source"] = accuracy_by_source(data.labels, predicted, splits.sources[part])
-        if ranking:
-            metrics["ranking"] = task_metrics(splits.name, getattr(splits, part), labels, logits)
-        return metrics
-
     # in fp32 on the training device (a GPU scores the test set in seconds), then to CPU
-    dev_metrics, test_metrics = final_metrics(dev_data, "dev"), final_metrics(test_data, "test")
-    ood_metrics = evaluate_ood(network, ood_data, labels, cfg.eval_batch_size)
+    metrics = {"dev": final_metrics(network, splits, data, "dev", cfg.eval_batch_size),
+               "test": final_metrics(network, splits, data, "test", cfg.eval_batch_size)}
+    ood_metrics = evaluate_ood(network, data.ood, data.labels, cfg.eval_batch_size)
     network.cpu()  # checkpoint, parity examples and callers work on CPU
-    wall_time = time.perf_counter() - started
+    wall_time = time.perf_counter() - context.started
     result = TrainResult(
-        checkpoint_dir=out_dir,
-        dev=dev_metrics,
-        test=test_metrics,
-        history=history,
-        best_epoch=stopper.best_at.get("epoch", epoch),
-        best_step=stopper.best_at.get("step", step),
-        epochs_run=epoch,
-        stopped_early=stopped_early,
+        checkpoint_dir=context.out_dir,
+        dev=metrics["dev"],
+        test=metrics["test"],
+        history=state.history,
+        best_epoch=loop.stopper.best_at.get("epoch", state.epoch),
+        best_step=loop.stopper.best_at.get("step", state.step),
+        epochs_run=state.epoch,
+        stopped_early=loop.stopped_early,
         wall_time_s=round(wall_time, 2),
         train_examples_per_s=round(state.examples_seen / max(state.train_seconds, 1e-9), 1),
         network=network,
     )
+    if ood_metrics:
+        metrics["ood_dev"] = ood_metrics
+    if data.bias:  # how much of the train split the statement alone gets right (out of fold)
+        metrics["statement_only_bias"] = {"accuracy": data.bias.accuracy, "majority": data.bias.majority}
+    _save_trained_checkpoint(recipe, splits, data, network, metrics, context.out_dir)
+    summary = _run_summary(result, recipe, splits, data, loop, context, options, coverage, ood_metrics)
+    (context.out_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    log.info("trained", extra={"recipe": recipe.name, "dev_accuracy": result.dev["accuracy"],
+                               "test_accuracy": result.test["accuracy"], "wall_time_s": result.wall_time_s,
+                               "train_examples_per_s": result.train_examples_per_s, "checkpoint": str(context.out_dir)})
+    return result
 
-    parity = subsample(splits.dev, PARITY_EXAMPLES, cfg.seed)
+
+def _save_trained_checkpoint(recipe: Recipe, splits: DatasetSplits, data: PreparedData, network: TextClassifier,
+                             metrics: dict[str, Any], out_dir: Path) -> None:
+    limits = recipe.limits
+    parity = subsample(splits.dev, PARITY_EXAMPLES, recipe.train.seed)
     meta = make_meta(
         recipe.name,
         network,
-        labels,
+        data.labels,
         architecture=recipe.model.architecture,
         max_lengths=dict(limits.max_lengths),
         max_evidence=limits.max_evidence if TASKS[splits.task].list_field is not None else None,
-        metrics={
-            "dev": dev_metrics,
-            "test": test_metrics,
-            **({"ood_dev": ood_metrics} if ood_metrics else {}),
-            # how much of the train split the statement alone gets right (out of fold)
-            **({"statement_only_bias": {"accuracy": bias.accuracy, "majority": bias.majority}} if bias else {}),
-        },
+        metrics=metrics,
         data_checksums=dict(splits.checksums),
         recipe=recipe.model_dump(mode="json"),
         description=recipe.description or splits.description,
     )
-    save_checkpoint(out_dir, network, meta, tokenizer_path, parity)
-    summary = {
+    save_checkpoint(out_dir, network, meta, data.tokenizer_path, parity)
+
+
+def _run_summary(result: TrainResult, recipe: Recipe, splits: DatasetSplits, data: PreparedData, loop: TrainingLoop,
+                 context: RunContext, options: TrainOptions, coverage: float | None,
+                 ood_metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics.json`: the result, the data, the network's size and what the run ran on."""
+    device = context.device
+    return {
         **{f.name: getattr(result, f.name) for f in fields(result) if f.name not in ("checkpoint_dir", "network")},
         "recipe": recipe.name,
         "architecture": recipe.model.architecture,
         "task": splits.task,
         "dataset": splits.name,
         "ood_dev": ood_metrics,
-        "train_examples": len(train_data),
-        "vocab_size": encoder.vocab_size,
+        "train_examples": len(data.train),
+        "vocab_size": data.encoder.vocab_size,
         "glove_coverage": coverage,
-        "trainable_parameters": sum(p.numel() for p in params),
-        "threads": threads,
-        "device": str(target),
-        "autocast": str(amp_dtype) if amp_dtype else None,
-        "fused_optimizer": fused_optimizer(cfg.optimizer, target.type),
-        "loader_workers": workers,
-        "compiled": compile_network_forward,
-        "time_budget_minutes": time_budget_minutes,
-        "out_of_time": state.out_of_time,
-        "gpu": torch.cuda.get_device_name(target) if target.type == "cuda" else None,
+        "trainable_parameters": sum(p.numel() for p in loop.params),
+        **_run_environment(context),
+        "fused_optimizer": fused_optimizer(recipe.train.optimizer, device.type),
+        "loader_workers": context.workers,
+        "compiled": options.compile_network_forward,
+        "time_budget_minutes": options.time_budget_minutes,
+        "out_of_time": loop.state.out_of_time,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "torch_version": torch.__version__,
         "machine": platform.machine(),
     }
-    (out_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    log.info(
-        "trained",
-        extra={
-            "recipe": recipe.name,
-            "dev_accuracy": dev_metrics["accuracy"],
-            "test_accuracy": test_metrics["accuracy"],
-            "wall_time_s": result.wall_time_s,
-            "train_examples_per_s": result.train_examples_per_s,
-            "checkpoint": str(out_dir),
-        },
-    )
-    return result
 
 
-__all__ = ["train", "evaluate", "TrainResult", "accuracy_by_source", "classification_metrics", "mean_source_accuracy", "EarlyStopping", "EncodedExamples"]
+def _run_environment(context: RunContext) -> dict[str, Any]:
+    return {"threads": context.threads, "device": str(context.device),
+            "autocast": str(context.amp_dtype) if context.amp_dtype else None}
+
+
+def _log_start(recipe: Recipe, task: str, data: PreparedData, loop: TrainingLoop, context: RunContext,
+               options: TrainOptions, coverage: float | None) -> None:
+    log.info("training", extra={
+        "recipe": recipe.name,
+        "architecture": recipe.model.architecture,
+        "task": task,
+        "train_examples": len(data.train),
+        "dev_examples": len(data.dev),
+        "test_examples": len(data.test),
+        "vocab_size": data.encoder.vocab_size,
+        "glove_coverage": coverage,
+        "trainable_parameters": sum(p.numel() for p in loop.params),
+        **_run_environment(context),
+        "loader_workers": context.workers,
+        "compiled": options.compile_network_forward,
+        "time_budget_minutes": options.time_budget_minutes,
+    })
+
+
+def train(recipe: Recipe, out_dir: str | Path, options: TrainOptions | None = None) -> TrainResult:
+    """Train `recipe` into the checkpoint directory `out_dir`, run as `options` says
+    (training.options.TrainOptions: threads, device, a data override, the checkpoints to start
+    from or average with, the time budget), in timm's named steps."""
+    options = options or TrainOptions()
+    context = start_run(recipe, out_dir, options)
+    splits, data, vectors = load_training_data(recipe, context, options)
+    network, coverage = build_initial_network(recipe, splits.task, data, vectors, context, options)
+    del vectors  # a full vector set is GBs; the embedding tables hold what training needs
+    loop = TrainingLoop(recipe, network, data, context, options.progress)
+    _log_start(recipe, splits.task, data, loop, context, options, coverage)
+    loop.run()
+    return finish(recipe, splits, data, loop, context, options, coverage)
+
+
+__all__ = ["train", "evaluate", "TrainOptions", "TrainResult", "accuracy_by_source", "classification_metrics",
+           "mean_source_accuracy", "EarlyStopping", "EncodedExamples"]

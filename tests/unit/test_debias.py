@@ -15,7 +15,7 @@ from models.layers import cross_entropy
 from tests.unit.test_trainer import KEYWORDS, NOISE, make_recipe, make_splits
 from training.debias import statement_only_prior
 from training.examples import ClaimExample, PairExample
-from training.trainer import METRICS_FILE, train
+from training.trainer import METRICS_FILE, TrainOptions, train
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -88,9 +88,9 @@ def test_each_example_is_scored_by_a_model_that_never_saw_it(monkeypatch):
 
 def test_training_with_the_bias_changes_the_updates_and_records_the_cue(tmp_path):
     splits = make_splits("entailment")
-    plain = train(make_recipe("entailment", epochs=2), tmp_path / "plain", progress=False, threads=1, splits=splits)
-    debiased = train(make_recipe("entailment", epochs=2, debias="statement-only"), tmp_path / "poe", progress=False,
-                     threads=1, splits=splits)
+    plain = train(make_recipe("entailment", epochs=2), tmp_path / "plain", TrainOptions(progress=False, threads=1, splits=splits))
+    debiased = train(make_recipe("entailment", epochs=2, debias="statement-only"), tmp_path / "poe", TrainOptions(progress=False,
+                     threads=1, splits=splits))
     before, after = plain.network.state_dict(), debiased.network.state_dict()
     assert not all(torch.equal(before[k], after[k]) for k in before)  # same seed, same data: only the loss differs
     meta = json.loads((tmp_path / "poe" / "config.json").read_text())
@@ -100,5 +100,5 @@ def test_training_with_the_bias_changes_the_updates_and_records_the_cue(tmp_path
     assert json.loads((tmp_path / "poe" / METRICS_FILE).read_text())["test"] == debiased.test
 
     with pytest.raises(ValueError, match="needs a pair task"):
-        train(make_recipe("classification", debias="statement-only"), tmp_path / "cls", progress=False, threads=1,
-              splits=make_splits("classification"))
+        train(make_recipe("classification", debias="statement-only"), tmp_path / "cls", TrainOptions(progress=False, threads=1,
+              splits=make_splits("classification")))

@@ -23,7 +23,7 @@ from training.examples import texts_of
 from training.recipes import TrainSection
 from training.time_budget import TimeBudget
 from training.tokenizer import build_tokenizer
-from training.trainer import EncodedExamples, bucketed_batches, make_optimizer, train
+from training.trainer import EncodedExamples, TrainOptions, bucketed_batches, make_optimizer, train
 
 pytestmark = pytest.mark.timeout(300)
 SMALL_ATTCONV = {"embedding_dim": 16, "hidden_dim": 16, "head_hidden": 16, "dropout": 0.2}
@@ -95,8 +95,8 @@ def test_a_bf16_autocast_checkpoint_is_fp32_exports_with_parity_and_stays_batch_
     task = "verification"
     recipe = make_recipe(task, "attconv-light", SMALL_ATTCONV, epochs=2, lr=0.01)
     splits = make_splits(task)
-    mixed = train(recipe, tmp_path / "bf16", progress=False, threads=1, splits=splits, precision="bf16", loader_worker_count=2)
-    plain = train(recipe, tmp_path / "fp32", progress=False, threads=1, splits=splits)
+    mixed = train(recipe, tmp_path / "bf16", TrainOptions(progress=False, threads=1, splits=splits, precision="bf16", loader_worker_count=2))
+    plain = train(recipe, tmp_path / "fp32", TrainOptions(progress=False, threads=1, splits=splits))
     mixed_state, plain_state = mixed.network.state_dict(), plain.network.state_dict()
     assert all(t.dtype == torch.float32 for t in mixed_state.values() if t.is_floating_point())
     assert any(not torch.equal(mixed_state[k], plain_state[k]) for k in plain_state)
@@ -140,8 +140,8 @@ def test_a_time_budget_ends_training_in_time_and_keeps_the_best_weights(tmp_path
     recipe = make_recipe(task, "attconv-light", SMALL_ATTCONV, epochs=10_000, eval_every=5, lr=0.01)
     budget_s = 6.0
     tick = time.perf_counter()
-    result = train(recipe, tmp_path / "run", progress=False, threads=1, splits=make_splits(task),
-                   time_budget_minutes=budget_s / 60)
+    result = train(recipe, tmp_path / "run", TrainOptions(progress=False, threads=1, splits=make_splits(task),
+                   time_budget_minutes=budget_s / 60))
     took = time.perf_counter() - tick
     assert result.stopped_early and result.epochs_run > 1
     assert took < budget_s + 2.0, f"{took:.1f} s for a {budget_s} s budget"
@@ -173,8 +173,8 @@ def test_the_budget_does_not_time_the_cold_first_pass_over_the_dev_probe(tmp_pat
     monkeypatch.setattr(training.trainer, "predict_logits", cold_first_call)
     task = "entailment"
     recipe = make_recipe(task, "attconv-light", SMALL_ATTCONV, epochs=10_000, eval_every=5, lr=0.01)
-    result = train(recipe, tmp_path / "run", progress=False, threads=1, splits=make_splits(task),
-                   time_budget_minutes=8.0 / 60)
+    result = train(recipe, tmp_path / "run", TrainOptions(progress=False, threads=1, splits=make_splits(task),
+                   time_budget_minutes=8.0 / 60))
     steps = max(h["step"] for h in result.history)
     # timed cold, the probe's 2 s extrapolated over dev, test and the closing work exceed the 8 s
     # budget at once, and training ends before its first evaluation (5 steps)

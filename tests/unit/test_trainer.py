@@ -34,6 +34,7 @@ from training.trainer import (
     EncodedExamples,
     bucketed_batches,
     classification_metrics,
+    TrainOptions,
     evaluate,
     train,
 )
@@ -182,7 +183,7 @@ def test_one_epoch_checkpoint_reloads_to_identical_logits(tmp_path, architecture
     if architecture not in architectures():
         pytest.skip(f"{architecture} is not registered yet")
     splits = make_splits(task)
-    result = train(make_recipe(task, architecture, model), tmp_path / "ckpt", progress=False, threads=1, splits=splits)
+    result = train(make_recipe(task, architecture, model), tmp_path / "ckpt", TrainOptions(progress=False, threads=1, splits=splits))
 
     reloaded, meta = load_checkpoint(tmp_path / "ckpt")
     assert meta.labels == splits.labels and meta.architecture == architecture and meta.task == task
@@ -215,7 +216,7 @@ def test_one_epoch_checkpoint_reloads_to_identical_logits(tmp_path, architecture
 
 
 def test_a_few_epochs_learn_the_synthetic_task(tmp_path):
-    result = train(make_recipe("entailment", epochs=4), tmp_path, progress=False, threads=1, splits=make_splits("entailment"))
+    result = train(make_recipe("entailment", epochs=4), tmp_path, TrainOptions(progress=False, threads=1, splits=make_splits("entailment")))
     assert result.test["accuracy"] >= 0.9, result.history
 
 
@@ -225,7 +226,7 @@ def test_training_is_deterministic_given_the_seed(tmp_path):
 
     def weights(directory, seed):
         cfg = recipe.train.model_copy(update={"seed": seed})
-        net = train(recipe.model_copy(update={"train": cfg}), tmp_path / directory, progress=False, threads=1, splits=splits).network
+        net = train(recipe.model_copy(update={"train": cfg}), tmp_path / directory, TrainOptions(progress=False, threads=1, splits=splits)).network
         return net.state_dict()
 
     first, again, other = weights("a", 0), weights("b", 0), weights("c", 1)
@@ -235,7 +236,7 @@ def test_training_is_deterministic_given_the_seed(tmp_path):
 
 def test_max_train_examples_takes_a_seeded_subset(tmp_path):
     splits = make_splits("classification")
-    train(make_recipe("classification", max_train_examples=37), tmp_path, progress=False, threads=1, splits=splits)
+    train(make_recipe("classification", max_train_examples=37), tmp_path, TrainOptions(progress=False, threads=1, splits=splits))
     summary = json.loads((tmp_path / METRICS_FILE).read_text())
     assert summary["train_examples"] == 37
 
@@ -266,7 +267,7 @@ def test_training_stops_early_and_keeps_the_best_dev_weights(tmp_path):
     # Dev labels are the train labels swapped, so dev accuracy falls as training learns.
     splits = make_splits("classification", sizes=(200, 60, 60), flip_dev=True)
     recipe = make_recipe("classification", epochs=20, optimizer="sgd", lr=0.5, eval_every=1, patience=3)
-    result = train(recipe, tmp_path, progress=False, threads=1, splits=splits)
+    result = train(recipe, tmp_path, TrainOptions(progress=False, threads=1, splits=splits))
 
     dev_accuracies = [h["dev_accuracy"] for h in result.history]
     assert result.stopped_early and result.epochs_run < 20
@@ -393,7 +394,7 @@ def test_training_and_export_never_unpickle():
 
 def test_checkpoint_loads_with_torch_load_disabled(tmp_path, monkeypatch):
     splits = make_splits("classification", sizes=(30, 5, 5))
-    result = train(make_recipe("classification"), tmp_path, progress=False, threads=1, splits=splits)
+    result = train(make_recipe("classification"), tmp_path, TrainOptions(progress=False, threads=1, splits=splits))
 
     def refuse(*args, **kwargs):
         raise AssertionError("torch.load called: checkpoints must not unpickle")
@@ -458,7 +459,7 @@ def test_glove_rows_initialise_the_embeddings(tmp_path, monkeypatch, trainable):
     recipe = make_recipe("classification", epochs=2).model_copy(
         update={"embeddings": make_recipe("classification").embeddings.model_copy(update={"glove": True, "trainable": trainable})}
     )
-    result = train(recipe, tmp_path, progress=False, threads=1, splits=make_splits("classification"))
+    result = train(recipe, tmp_path, TrainOptions(progress=False, threads=1, splits=make_splits("classification")))
 
     network, _ = load_checkpoint(tmp_path)
     vocab = TextEncoder.from_file(tmp_path / "tokenizer.json").tokenizer.get_vocab()
@@ -482,7 +483,7 @@ def test_a_glove_text_file_replaces_the_pinned_package(tmp_path):
     glove.write_text("".join(w + " " + " ".join(str(x) for x in v) + "\n" for w, v in zip(words, vectors)), encoding="utf-8")
     base = make_recipe("classification", epochs=1)
     recipe = base.model_copy(update={"embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": False, "glove_file": str(glove)})})
-    train(recipe, tmp_path / "ckpt", progress=False, threads=1, splits=make_splits("classification"))
+    train(recipe, tmp_path / "ckpt", TrainOptions(progress=False, threads=1, splits=make_splits("classification")))
 
     network, meta = load_checkpoint(tmp_path / "ckpt")
     vocab = TextEncoder.from_file(tmp_path / "ckpt" / "tokenizer.json").tokenizer.get_vocab()
@@ -496,7 +497,7 @@ def test_a_glove_text_file_replaces_the_pinned_package(tmp_path):
 
 def test_a_time_budget_stops_after_the_first_evaluation_past_it(tmp_path):
     recipe = make_recipe("classification", epochs=5, max_wall_minutes=1e-6)
-    result = train(recipe, tmp_path, progress=False, threads=1, splits=make_splits("classification"))
+    result = train(recipe, tmp_path, TrainOptions(progress=False, threads=1, splits=make_splits("classification")))
     assert result.epochs_run == 1 and len(result.history) == 1 and result.stopped_early
     assert (tmp_path / "model.safetensors").is_file()  # a budget-stopped run still writes its checkpoint
 
@@ -506,7 +507,7 @@ def test_parity_examples_survive_unicode_line_separators(tmp_path):
     splits = make_splits("classification")
     dev = [dataclasses.replace(e, text=e.text + " caf\u00e9\x85 next\u2028line \x1c") for e in splits.dev]
     splits = dataclasses.replace(splits, dev=dev)
-    train(make_recipe("classification"), tmp_path, progress=False, threads=1, splits=splits)
+    train(make_recipe("classification"), tmp_path, TrainOptions(progress=False, threads=1, splits=splits))
     assert load_examples(tmp_path) == dev
     assert (tmp_path / EXAMPLES_FILE).read_bytes().isascii()
 
@@ -524,32 +525,32 @@ def test_device_resolution_never_falls_back_silently():
 def test_init_from_starts_at_the_checkpoint_weights_and_keeps_its_vocabulary(tmp_path):
     """Fine-tuning: zero epochs of change (lr ~ 0) from a checkpoint give back its weights, with its
     tokenizer even when the new data would build another vocabulary; another network shape is refused."""
-    first = train(make_recipe("classification", epochs=2), tmp_path / "first", progress=False, threads=1,
-                  splits=make_splits("classification"))
+    first = train(make_recipe("classification", epochs=2), tmp_path / "first", TrainOptions(progress=False, threads=1,
+                  splits=make_splits("classification")))
     other_data = make_splits("classification", seed=7)  # other words -> another vocabulary if built
     recipe = make_recipe("classification", lr=1e-12)
-    tuned = train(recipe, tmp_path / "tuned", progress=False, threads=1, splits=other_data, init_from=tmp_path / "first")
+    tuned = train(recipe, tmp_path / "tuned", TrainOptions(progress=False, threads=1, splits=other_data, init_from=tmp_path / "first"))
     assert (tmp_path / "tuned" / "tokenizer.json").read_bytes() == (tmp_path / "first" / "tokenizer.json").read_bytes()
     before, after = first.network.state_dict(), tuned.network.state_dict()
     assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
-    scratch = train(recipe, tmp_path / "scratch", progress=False, threads=1, splits=other_data)
+    scratch = train(recipe, tmp_path / "scratch", TrainOptions(progress=False, threads=1, splits=other_data))
     assert not all(torch.allclose(before[k], scratch.network.state_dict()[k], atol=1e-6) for k in before if before[k].shape == scratch.network.state_dict()[k].shape)
 
     wider = make_recipe("classification", model={"embedding_dim": 16, "dropout": 0.0})
     with pytest.raises(ValueError, match="network config differs"):
-        train(wider, tmp_path / "wider", progress=False, threads=1, splits=other_data, init_from=tmp_path / "first")
+        train(wider, tmp_path / "wider", TrainOptions(progress=False, threads=1, splits=other_data, init_from=tmp_path / "first"))
 
 
 def test_average_with_blends_two_checkpoints_weight_by_weight_without_training(tmp_path):
     """[train] average_with, epochs = 0: the checkpoint is (1 - a) x init_from + a x average_with,
     evaluated and written as a trained one; a checkpoint of another network is refused."""
     data = make_splits("classification")
-    first = train(make_recipe("classification", epochs=2), tmp_path / "first", progress=False, threads=1, splits=data)
-    second = train(make_recipe("classification", lr=0.2, seed=3), tmp_path / "second", progress=False, threads=1,
-                   splits=data, init_from=tmp_path / "first")
+    first = train(make_recipe("classification", epochs=2), tmp_path / "first", TrainOptions(progress=False, threads=1, splits=data))
+    second = train(make_recipe("classification", lr=0.2, seed=3), tmp_path / "second", TrainOptions(progress=False, threads=1,
+                   splits=data, init_from=tmp_path / "first"))
     recipe = make_recipe("classification", epochs=0, init_from="first", average_with="second", average_weight=0.25)
-    averaged = train(recipe, tmp_path / "avg", progress=False, threads=1, splits=data, init_from=tmp_path / "first",
-                     average_with=tmp_path / "second")
+    averaged = train(recipe, tmp_path / "avg", TrainOptions(progress=False, threads=1, splits=data, init_from=tmp_path / "first",
+                     average_with=tmp_path / "second"))
     a, b, got = first.network.state_dict(), second.network.state_dict(), averaged.network.state_dict()
     assert any(not torch.allclose(a[k], b[k]) for k in a)  # two different points to average
     for k in a:
@@ -559,12 +560,12 @@ def test_average_with_blends_two_checkpoints_weight_by_weight_without_training(t
     assert meta.metrics["dev"]["accuracy"] == averaged.dev["accuracy"] and averaged.epochs_run == 0
 
     train(make_recipe("classification", model={"embedding_dim": 16, "dropout": 0.0}), tmp_path / "wider",
-          progress=False, threads=1, splits=data)
+          TrainOptions(progress=False, threads=1, splits=data))
     with pytest.raises(ValueError, match="differs"):
-        train(recipe, tmp_path / "bad", progress=False, threads=1, splits=data, init_from=tmp_path / "first",
-              average_with=tmp_path / "wider")
+        train(recipe, tmp_path / "bad", TrainOptions(progress=False, threads=1, splits=data, init_from=tmp_path / "first",
+              average_with=tmp_path / "wider"))
     with pytest.raises(ValueError, match="averages with the checkpoint of 'second'"):
-        train(recipe, tmp_path / "unaveraged", progress=False, threads=1, splits=data, init_from=tmp_path / "first")
+        train(recipe, tmp_path / "unaveraged", TrainOptions(progress=False, threads=1, splits=data, init_from=tmp_path / "first"))
 
 
 def test_average_with_needs_a_start_and_epochs_zero_needs_an_average():
@@ -580,13 +581,13 @@ def test_an_entailment_checkpoint_starts_a_verification_network_with_its_label_r
     entailment checkpoint answers for (premise = evidence, hypothesis = claim), its label rows
     reordered by init_labels; a missing label map or another network shape is refused."""
     model = {**SMALL["attconv"], "variant": "advanced", "dropout": 0.0}
-    entailment = train(make_recipe("entailment", "attconv-advanced", model, epochs=2), tmp_path / "nli", progress=False,
-                       threads=1, splits=make_splits("entailment"))
+    entailment = train(make_recipe("entailment", "attconv-advanced", model, epochs=2), tmp_path / "nli", TrainOptions(progress=False,
+                       threads=1, splits=make_splits("entailment")))
     rows = {"SUPPORTS": "entailment", "REFUTES": "contradiction", "NOT ENOUGH INFO": "neutral"}
     recipe = make_recipe("verification", "attconv-advanced", {**model, "evidence_loss_weight": 0.5}, lr=1e-12,
                          init_from="nli", init_labels=rows)
     claims = make_splits("verification", seed=3)
-    verifier = train(recipe, tmp_path / "ver", progress=False, threads=1, splits=claims, init_from=tmp_path / "nli").network
+    verifier = train(recipe, tmp_path / "ver", TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")).network
 
     one_evidence = [ClaimExample(e.claim, e.evidence[:1], e.label) for e in claims.test]
     pairs = [PairExample(e.evidence[0], e.claim, "neutral") for e in one_evidence]
@@ -599,10 +600,10 @@ def test_an_entailment_checkpoint_starts_a_verification_network_with_its_label_r
 
     with pytest.raises(ValueError, match="init_labels"):
         train(make_recipe("verification", "attconv-advanced", model, init_from="nli"), tmp_path / "unmapped",
-              progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")
+              TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "nli"))
     with pytest.raises(ValueError, match="network config differs"):
         train(make_recipe("verification", "attconv-advanced", {**model, "hidden_dim": 8}, init_labels=rows),
-              tmp_path / "narrow", progress=False, threads=1, splits=claims, init_from=tmp_path / "nli")
+              tmp_path / "narrow", TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "nli"))
 
 
 def test_a_checkpoint_without_the_exact_match_channel_starts_a_network_with_it(tmp_path):
@@ -613,28 +614,28 @@ def test_a_checkpoint_without_the_exact_match_channel_starts_a_network_with_it(t
     model = {**SMALL["attconv"], "variant": "advanced", "dropout": 0.0}
     claims = make_splits("verification", seed=3)
     plain = train(make_recipe("verification", "attconv-advanced", model, epochs=2), tmp_path / "plain",
-                  progress=False, threads=1, splits=claims)
+                  TrainOptions(progress=False, threads=1, splits=claims))
     matched = {**model, "exact_match": True}
     started = train(make_recipe("verification", "attconv-advanced", matched, lr=1e-12, init_from="plain"),
-                    tmp_path / "started", progress=False, threads=1, splits=claims, init_from=tmp_path / "plain").network
+                    tmp_path / "started", TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "plain")).network
     with torch.no_grad():
         inputs = encoded_inputs(tmp_path / "plain", claims.test)
         assert torch.allclose(started.logits_from_ids(*inputs), plain.network.logits_from_ids(*inputs), atol=1e-5)
     assert started.attconv.exact_match.conv.weight.abs().max() < 1e-6
 
     learned = train(make_recipe("verification", "attconv-advanced", matched, lr=0.01, init_from="plain"),
-                    tmp_path / "learned", progress=False, threads=1, splits=claims, init_from=tmp_path / "plain").network
+                    tmp_path / "learned", TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "plain")).network
     channel = learned.attconv.exact_match.conv.weight
     assert channel.abs().max() > 1e-3  # the channel learned something
     averaged = train(make_recipe("verification", "attconv-advanced", matched, epochs=0, init_from="learned",
                                  average_with="plain", average_weight=0.5),
-                     tmp_path / "avg", progress=False, threads=1, splits=claims, init_from=tmp_path / "learned",
-                     average_with=tmp_path / "plain").network
+                     tmp_path / "avg", TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "learned",
+                     average_with=tmp_path / "plain")).network
     assert torch.allclose(averaged.attconv.exact_match.conv.weight, 0.5 * channel, atol=1e-7)
 
     with pytest.raises(ValueError, match="network config differs"):
         train(make_recipe("verification", "attconv-advanced", model, init_from="learned"), tmp_path / "dropped",
-              progress=False, threads=1, splits=claims, init_from=tmp_path / "learned")
+              TrainOptions(progress=False, threads=1, splits=claims, init_from=tmp_path / "learned"))
 
 
 def test_a_mixed_dataset_selects_on_the_mean_of_its_sources_dev_accuracies(tmp_path):
@@ -651,7 +652,7 @@ def test_a_mixed_dataset_selects_on_the_mean_of_its_sources_dev_accuracies(tmp_p
     flipped = make_splits("entailment", sizes=(0, 120, 0), seed=1, flip_dev=True)
     sources = {"dev": ["small"] * 60 + ["big"] * 120, "test": ["small"] * 40}
     splits = dataclasses.replace(splits, dev=splits.dev + flipped.dev, sources=sources)
-    result = train(make_recipe("entailment", epochs=3), tmp_path, progress=False, threads=1, splits=splits)
+    result = train(make_recipe("entailment", epochs=3), tmp_path, TrainOptions(progress=False, threads=1, splits=splits))
     for record in result.history:
         means = (record["dev_small_accuracy"] + record["dev_big_accuracy"]) / 2
         assert record["selection_score"] == pytest.approx(means)
@@ -696,3 +697,28 @@ def test_offline_without_the_glove_package_train_says_how_to_turn_it_off(tmp_pat
     result = CliRunner().invoke(app, ["train", str(tmp_path / "recipe.toml"), "--out", str(out), "--no-progress", "--threads", "1", "--epochs", "1"])
     assert result.exit_code == 0, result.output[-2000:]
     assert (out / "model.safetensors").is_file()
+
+
+def test_training_runs_in_steps_no_function_over_80_lines():
+    """Issue 62: train() was one 290-line function; the trainer, its options and the data modules
+    keep every function under 80 lines (a longer one is a step that wants its own name)."""
+    too_long = {}
+    for name in ("trainer.py", "options.py", "fetch.py", "datasets.py"):
+        tree = ast.parse((REPO / "training" / name).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                too_long[f"{name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not too_long, too_long
+
+
+def test_train_options_default_to_a_plain_cpu_run(tmp_path):
+    """train(recipe, out_dir) without options is a CPU run on the recipe's data; an option given
+    (here the splits and one thread) changes only what it names."""
+    options = TrainOptions()
+    assert (options.device, options.precision, options.splits, options.init_from, options.time_budget_minutes) == \
+        ("cpu", "auto", None, None, None)
+    splits = make_splits("classification")
+    result = train(make_recipe("classification"), tmp_path, dataclasses.replace(options, progress=False, threads=1, splits=splits))
+    summary = json.loads((tmp_path / METRICS_FILE).read_text())
+    assert (summary["device"], summary["threads"], summary["autocast"], summary["train_examples"]) == ("cpu", 1, None, len(splits.train))
+    assert result.checkpoint_dir == tmp_path

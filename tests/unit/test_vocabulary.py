@@ -107,7 +107,7 @@ def _train_on_fake_glove(out, monkeypatch, pretrained_vocab: int, epochs: int):
     (frozen rows, 16 buckets, no training word): (splits, vectors)."""
     import training.embeddings
     from tests.unit.test_trainer import make_recipe, make_splits
-    from training.trainer import train
+    from training.trainer import TrainOptions, train
 
     splits = make_splits("classification")
     vectors = np.random.default_rng(0).normal(size=(len(WORDS), 8)).astype(np.float32)
@@ -117,7 +117,7 @@ def _train_on_fake_glove(out, monkeypatch, pretrained_vocab: int, epochs: int):
         "tokenizer": base.tokenizer.model_copy(update={"min_frequency": 1000, "pretrained_vocab": pretrained_vocab, "oov_buckets": 16}),
         "embeddings": base.embeddings.model_copy(update={"glove": True, "trainable": True, "freeze_pretrained": True}),
     })
-    train(recipe, out, progress=False, threads=1, splits=splits)
+    train(recipe, out, TrainOptions(progress=False, threads=1, splits=splits))
     return splits, vectors
 
 
@@ -295,7 +295,7 @@ def _train_two_channel(directory, monkeypatch, unseen: list[str], pretrained_voc
     import training.embeddings
     from tests.unit.test_trainer import make_splits
     from training.recipes import Recipe
-    from training.trainer import train
+    from training.trainer import TrainOptions, train
 
     splits = make_splits("entailment")
     train_words = sorted({w for e in splits.train for t in (e.premise, e.hypothesis) for w in t.split()})
@@ -310,7 +310,7 @@ def _train_two_channel(directory, monkeypatch, unseen: list[str], pretrained_voc
         "limits": {"max_lengths": {"premise_ids": 16, "hypothesis_ids": 16}},
         "train": {"epochs": epochs, "batch_size": 16, "lr": 0.05, "patience": None},
     })
-    train(recipe, directory, progress=False, threads=1, splits=splits)
+    train(recipe, directory, TrainOptions(progress=False, threads=1, splits=splits))
     return train_words, words, vectors, recipe
 
 
@@ -401,7 +401,7 @@ def test_a_checkpoint_starts_training_with_fewer_pretrained_words(tmp_path, monk
     from tests.unit.test_trainer import make_splits
     from training.checkpoint import load_checkpoint
     from training.tokenizer import cut_pretrained, pretrained_count
-    from training.trainer import train
+    from training.trainer import TrainOptions, train
 
     unseen = ["zebra", "quokka", "okapi", "ibex"]
     train_words, _, _, recipe = _train_two_channel(tmp_path / "full", monkeypatch, unseen, pretrained_vocab=4, epochs=1)
@@ -418,8 +418,8 @@ def test_a_checkpoint_starts_training_with_fewer_pretrained_words(tmp_path, monk
         "tokenizer": recipe.tokenizer.model_copy(update={"pretrained_vocab": 1}),
         "train": recipe.train.model_copy(update={"lr": 1e-12, "init_from": "full"}),
     })
-    tuned = train(smaller, tmp_path / "cut", progress=False, threads=1, splits=make_splits("entailment"),
-                  init_from=tmp_path / "full").network
+    tuned = train(smaller, tmp_path / "cut", TrainOptions(progress=False, threads=1, splits=make_splits("entailment"),
+                  init_from=tmp_path / "full")).network
     assert TextEncoder.from_file(tmp_path / "cut" / "tokenizer.json").tokenizer.get_vocab() == cut.get_vocab()
     original, _ = load_checkpoint(tmp_path / "full")
     assert torch.equal(tuned.embeddings.weight, original.embeddings.weight[: cut.get_vocab_size()])
