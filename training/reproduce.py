@@ -153,22 +153,10 @@ def run_row(
 ) -> RowResult:
     """Train one row's recipe into `out_dir` and score it on test, with and without features.
     `splits` replaces the benchmark's files and `recipe_update` the recipe (tests)."""
-    import numpy as np
-
-    from core.tokenization import TextEncoder
-    from training.checkpoint import TOKENIZER_FILE
     from training.datasets import load_benchmark
-    from training.pair_evaluation import (
-        FEATURE_NAMES,
-        FeatureExtractor,
-        FeatureStage,
-        log_softmax,
-        nonover_examples,
-        selection_metric,
-        task_metrics,
-    )
+    from training.options import TrainOptions
+    from training.pair_evaluation import FEATURE_NAMES, FeatureStage, log_softmax, nonover_examples, task_metrics
     from training.recipes import TrainSection, load_recipe
-    from training.trainer import EncodedExamples, TrainOptions, predict_logits, train
 
     started = time.perf_counter()
     recipe = load_recipe(recipe_path(task, model))
@@ -180,28 +168,17 @@ def run_row(
     splits = splits if splits is not None else load_benchmark(task, benchmark_root)
     labels = list(splits.labels)
     dev_gold = [labels.index(e.label) for e in splits.dev]
+    options = TrainOptions(progress=progress, threads=threads, cache_dir=cache_dir, device=device)
 
-    def train_and_score(data: Any, folder: Path) -> tuple[Any, Any, Any]:
-        """Train on `data`; the kept network's (dev logits, test logits)."""
-        result = train(recipe, folder, TrainOptions(progress=progress, threads=threads, splits=data, cache_dir=cache_dir,
-                                                    device=device, select_metric=selection_metric(task, data.dev, labels)))
-        network = result.network.eval()
-        encoder = TextEncoder.from_file(Path(folder) / TOKENIZER_FILE)
-
-        def logits_of(examples: Sequence[Any]) -> Any:
-            encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None, data.task)
-            return predict_logits(network, encoded, recipe.train.eval_batch_size)
-
-        return result, logits_of(data.dev), logits_of(data.test)
-
-    result, dev_logits, test_logits = train_and_score(splits, Path(out_dir))
+    result, dev_logits, test_logits = _train_and_score(recipe, task, splits, Path(out_dir), options)
     train_wall = result.wall_time_s
-    orig_only = None
+    orig_only = nonover_logits = None
     if task == "sick":
         # Sec. 5.4: a second copy of the network reads NONOVER (shared words removed) and both
         # feed one LR layer; here that LR is fitted on dev after both are trained.
         nonover = replace(splits, name="sick-nonover", **{part: nonover_examples(getattr(splits, part)) for part in ("train", "dev", "test")})
-        nonover_result, nonover_dev, nonover_test = train_and_score(nonover, Path(f"{out_dir}-nonover"))
+        nonover_result, nonover_dev, nonover_test = _train_and_score(recipe, task, nonover, Path(f"{out_dir}-nonover"), options)
+        nonover_logits = (nonover_dev, nonover_test)
         train_wall += nonover_result.wall_time_s
         orig_only = task_metrics(task, splits.test, labels, test_logits)
         combined = FeatureStage(seed=recipe.train.seed).fit(dev_logits, log_softmax(nonover_dev), dev_gold)
@@ -211,13 +188,7 @@ def run_row(
         network_test, network_dev = test_logits, dev_logits
     with_features = None
     if task in FEATURE_NAMES:
-        features = FeatureExtractor.fit(task, splits.train)
-        dev_features, test_features = features(splits.dev), features(splits.test)
-        if task == "sick":  # the NONOVER network's log-probabilities join the features
-            dev_features = np.concatenate([log_softmax(nonover_dev), dev_features], axis=1)
-            test_features = np.concatenate([log_softmax(nonover_test), test_features], axis=1)
-        stage = FeatureStage(seed=recipe.train.seed).fit(dev_logits, dev_features, dev_gold)
-        with_features = task_metrics(task, splits.test, labels, stage.scores(test_logits, test_features, len(labels)))
+        with_features = _with_features_metrics(task, splits, dev_gold, dev_logits, test_logits, nonover_logits, recipe.train.seed)
     row = RowResult(
         task=task,
         model=model,
@@ -238,6 +209,45 @@ def run_row(
     (Path(out_dir) / "reproduce.json").write_text(json.dumps(asdict(row), indent=2) + "\n", encoding="utf-8")
     log.info("reproduced", extra={"task": task, "model": model, "network": row.network, "with_features": row.with_features, "row_wall_s": row.row_wall_s})
     return row
+
+
+def _train_and_score(recipe: Any, task: str, data: Any, folder: Path, options: Any) -> tuple[Any, Any, Any]:
+    """Train `recipe` on `data` into `folder`, selecting on the task's dev metric; the result and
+    the kept network's (dev logits, test logits)."""
+    from core.tokenization import TextEncoder
+    from training.checkpoint import TOKENIZER_FILE
+    from training.pair_evaluation import selection_metric
+    from training.trainer import EncodedExamples, predict_logits, train
+
+    labels = list(data.labels)
+    result = train(recipe, folder, replace(options, splits=data, select_metric=selection_metric(task, data.dev, labels)))
+    network = result.network.eval()
+    encoder = TextEncoder.from_file(folder / TOKENIZER_FILE)
+
+    def logits_of(examples: Sequence[Any]) -> Any:
+        encoded = EncodedExamples.encode(encoder, examples, labels, dict(recipe.limits.max_lengths), None, data.task)
+        return predict_logits(network, encoded, recipe.train.eval_batch_size)
+
+    return result, logits_of(data.dev), logits_of(data.test)
+
+
+def _with_features_metrics(task: str, splits: Any, dev_gold: Sequence[int], dev_logits: Any, test_logits: Any,
+                           nonover_logits: tuple[Any, Any] | None, seed: int) -> dict[str, Any]:
+    """Test metrics of the feature stage: an LR over the network's logits and the task's features
+    (for SICK the NONOVER network's log-probabilities too), fitted on dev."""
+    import numpy as np
+
+    from training.pair_evaluation import FeatureExtractor, FeatureStage, log_softmax, task_metrics
+
+    labels = list(splits.labels)
+    features = FeatureExtractor.fit(task, splits.train)
+    dev_features, test_features = features(splits.dev), features(splits.test)
+    if nonover_logits is not None:  # the NONOVER network's log-probabilities join the features
+        nonover_dev, nonover_test = nonover_logits
+        dev_features = np.concatenate([log_softmax(nonover_dev), dev_features], axis=1)
+        test_features = np.concatenate([log_softmax(nonover_test), test_features], axis=1)
+    stage = FeatureStage(seed=seed).fit(dev_logits, dev_features, dev_gold)
+    return task_metrics(task, splits.test, labels, stage.scores(test_logits, test_features, len(labels)))
 
 
 def table_rows(results: Sequence[RowResult]) -> list[dict[str, Any]]:

@@ -703,7 +703,7 @@ def test_training_runs_in_steps_no_function_over_80_lines():
     """Issue 62: train() was one 290-line function; the trainer, its options and the data modules
     keep every function under 80 lines (a longer one is a step that wants its own name)."""
     too_long = {}
-    for name in ("trainer.py", "options.py", "fetch.py", "datasets.py"):
+    for name in ("trainer.py", "options.py", "fetch.py", "datasets.py", "reproduce.py"):
         tree = ast.parse((REPO / "training" / name).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
