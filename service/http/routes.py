@@ -284,7 +284,8 @@ async def live() -> Any:
 
 @router.get("/health/ready", response_model=Health, responses={503: {"model": ErrorBody}}, tags=["health"])
 async def ready(request: Request) -> Any:
-    """200 when every model is loaded and warmed up, else 503."""
+    """200 when every model is loaded and warmed up and every task served still has a model, else 503
+    (Service.unready_reason says why)."""
     service = _service(request)
     if service.draining:
         raise ShuttingDown("the server is shutting down")
