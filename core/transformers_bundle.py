@@ -26,6 +26,8 @@ KIND = "transformers"
 TRANSFORMERS_CONFIG_FILE = "transformers_config.json"
 GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 LOGITS = "logits"
+# verification: the label of a claim its evidence does not decide (a pair model's "neutral")
+UNDECIDED_LABEL = "NOT ENOUGH INFO"
 
 
 class TemplateIds(list):
@@ -148,16 +150,18 @@ class TemplateEncoder:
         """What core.encoding.encode_fields makes of this kind: per field of `task`, its texts'
         ids (no special tokens) and, for a list field, how many texts each input has. A pair is
         cut longest-first (the tokenizer's own truncation) so that with the template it holds at
-        most `max_length` tokens; a text and a list (rerank) make one pair per text of the list,
-        each cut on its own: the first text's ids are the longest it keeps in any of its pairs,
-        and each listed text (a `ListedIds`) says how many of them its pair keeps."""
+        most `max_length` tokens; a text and a list make one pair per text of the list
+        (`listed_first` says in which order), each cut on its own: the first text's ids are the
+        longest it keeps in any of its pairs, and each listed text (a `ListedIds`) says how many
+        of them its pair keeps."""
         pair = task.form is not TaskForm.TEXT
         budget = max(1, max_length - self.specials(pair))
         describing = describe is not None and any(describe)
         if task.form is TaskForm.CONTEXTS:
             first, listed = task.fields
             counts = [len(getattr(x, listed.name)) for x in inputs]
-            texts = [(getattr(x, first.name), t) for x in inputs for t in getattr(x, listed.name)]
+            texts = [(t, getattr(x, first.name)) if listed_first(task) else (getattr(x, first.name), t)
+                     for x in inputs for t in getattr(x, listed.name)]
             owner = [i for i, n in enumerate(counts) for _ in range(n)]  # the input of each pair
         else:
             counts = None
@@ -165,8 +169,10 @@ class TemplateEncoder:
             owner = list(range(len(inputs)))
         whole, kept = self._encode(texts if pair else [t[0] for t in texts], budget, describing)
         wanted = [describing and describe[i] for i in owner]
+        # the segment of each field in its pairs' encodings
+        segments = [1, 0] if task.form is TaskForm.CONTEXTS and listed_first(task) else range(len(task.fields))
         parts = [[_part(self, w, e, k, want) for w, e, want in zip(whole, kept, wanted, strict=True)]
-                 for k in range(len(task.fields))]
+                 for k in segments]
         if counts is None:
             return [(f, _encoded(rows, describing), None) for f, rows in zip(task.fields, parts, strict=True)]
         firsts, listed_parts = [], []
@@ -197,6 +203,14 @@ class TemplateEncoder:
             for i, e in zip(long, cutter.encode_batch([texts[i] for i in long], add_special_tokens=False), strict=True):
                 kept[i] = e
         return whole, kept
+
+
+def listed_first(task: Task) -> bool:
+    """The order of a text and each text of its list in their pair. A labelled task reads each
+    listed text as the premise of the first (verification: evidence, then the claim, as an NLI
+    model reads premise then hypothesis); an unlabelled one (rerank) the first text, then each
+    listed one (query, then passage, as cross-encoders are trained)."""
+    return task.form is TaskForm.CONTEXTS and task.labelled
 
 
 class ListedIds(list):
@@ -237,5 +251,5 @@ def _segment(encoding, k: int) -> slice:
     return slice(encoding.sequence_ids.count(0), len(encoding.ids))
 
 
-__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "ListedIds", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
+__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "UNDECIDED_LABEL", "ListedIds", "listed_first", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
            "TemplateIds"]

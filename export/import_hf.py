@@ -24,7 +24,8 @@ import typer
 
 from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleConfig, BundleError, Parity, external_data
 from core.tasks import TASKS, TaskForm
-from core.transformers_bundle import GRAPH_INPUTS, KIND, LOGITS, TRANSFORMERS_CONFIG_FILE, TemplateEncoder
+from core.transformers_bundle import (GRAPH_INPUTS, KIND, LOGITS, TRANSFORMERS_CONFIG_FILE, UNDECIDED_LABEL,
+                                      TemplateEncoder)
 
 # Each task's label names and the names a model's config may give them (lower-cased, "-" and
 # " " read as "_"). A classification model keeps its own names.
@@ -33,6 +34,10 @@ LABEL_SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
                    "neutral": ("neutral",),
                    "contradiction": ("contradiction", "contradicts", "contradictory", "contradict"),
                    "not_entailment": ("not_entailment", "non_entailment", "not_entailed")},
+    # a pair model's labels read as a claim's (evidence as the premise, the claim as the hypothesis)
+    "verification": {"SUPPORTS": ("supports", "supported", "entailment", "entails", "entailed"),
+                     "REFUTES": ("refutes", "refuted", "contradiction", "contradicts", "contradictory"),
+                     UNDECIDED_LABEL: ("not_enough_info", "nei", "neutral")},
     "paraphrase": {"paraphrase": ("paraphrase", "equivalent", "duplicate", "is_duplicate", "1"),
                    "not_paraphrase": ("not_paraphrase", "not_equivalent", "not_duplicate", "0")},
 }
@@ -88,6 +93,9 @@ def map_labels(task: str, source: list[str], given: list[str] | None = None) -> 
     if task == "entailment" and "entailment" not in labels:
         raise ImportRefused(f"no label of {source} means entailment; an entailment bundle needs one (/zero-shot reads "
                             "it); name each logit with --labels")
+    if task == "verification" and UNDECIDED_LABEL not in labels:
+        raise ImportRefused(f"no label of {source} means neutral ({UNDECIDED_LABEL!r}): /verify keeps the evidence "
+                            "sentence that most decides the claim, the least neutral; name each logit with --labels")
     return labels
 
 
@@ -180,12 +188,6 @@ def _opset(model: bytes) -> tuple[int, str]:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0), onnx.__version__
 
 
-def served_tasks() -> list[str]:
-    """The tasks a transformers bundle serves: one text, a pair, and a text with a list of
-    texts scored one by one (rerank); not a label over a text and a list (verification)."""
-    return [t for t, spec in TASKS.items() if not (spec.form is TaskForm.CONTEXTS and spec.labelled)]
-
-
 def task_labels(task: str, source: list[str], given: list[str] | None, width: int | str | None) -> list[str]:
     """The bundle's labels: `map_labels`, or none for a reranker, whose graph must output one
     logit (a cross-encoder's relevance)."""
@@ -206,9 +208,8 @@ def build_config(source: Path, task: str, name: str, labels: list[str] | None, m
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    if task not in served_tasks():
-        raise ImportRefused(f"--task {task}: a {KIND} bundle serves one of {served_tasks()} (verification with a "
-                            "pair model is not served yet: docs/transformers.md)")
+    if task not in TASKS:
+        raise ImportRefused(f"--task {task}: not a task; one of {list(TASKS)}")
     their, model, tokenizer = _read_source(source)
     try:
         encoder = TemplateEncoder(Tokenizer.from_str(tokenizer.decode("utf-8")))
@@ -263,9 +264,13 @@ def check_parity(bundle: Path, reference: Path) -> Parity:
 
     config = load_bundle(bundle).config
     spec = config.transformers
-    form = TASKS[config.task].form
-    texts = ([p[:1] for p in PARITY_PAIRS] if form is TaskForm.TEXT else PARITY_PAIRS if form is TaskForm.PAIR
-             else [(PARITY_PAIRS[0][0], hypothesis) for _, hypothesis in PARITY_PAIRS])  # one query, several texts
+    task = TASKS[config.task]
+    if task.form is TaskForm.TEXT:
+        texts = [p[:1] for p in PARITY_PAIRS]
+    elif task.form is TaskForm.PAIR or task.labelled:  # verification: (evidence, claim) pairs
+        texts = PARITY_PAIRS
+    else:  # rerank: one query, several texts
+        texts = [(PARITY_PAIRS[0][0], hypothesis) for _, hypothesis in PARITY_PAIRS]
     model = AutoModelForSequenceClassification.from_pretrained(str(reference)).eval()
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(bundle / TOKENIZER_FILE))
     tokenizer.pad_token_id = spec.pad_id
@@ -283,8 +288,9 @@ def check_parity(bundle: Path, reference: Path) -> Parity:
 
 
 def served_logits(runtime: Any, texts: list[tuple[str, ...]]) -> tuple[Any, Any]:
-    """The runtime's logits of each text (or pair) run alone and all together, (n, C); a
-    reranker's (pairs of one query): each text alone, then all of them as the query's list."""
+    """The runtime's logits of each text (or pair) run alone and all together, (n, C); for
+    verification each (evidence, claim) pair as a claim with one sentence; a reranker's (pairs
+    of one query): each text alone, then all of them as the query's list."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -296,6 +302,10 @@ def served_logits(runtime: Any, texts: list[tuple[str, ...]]) -> tuple[Any, Any]
         items = [e.item for e in encode(runtime, [SimpleNamespace(**dict(zip(task.field_names, t))) for t in texts])]
         return np.stack([runtime.run_call([item]).logits[0] for item in items]), runtime.run_call(items).logits
     first, listed = task.field_names
+    if task.labelled:
+        items = [e.item for e in encode(runtime, [SimpleNamespace(**{first: claim, listed: [evidence]})
+                                                  for evidence, claim in texts])]
+        return np.stack([runtime.run_call([item]).logits[0] for item in items]), runtime.run_call(items).logits
     alone = encode(runtime, [SimpleNamespace(**{first: q, listed: [t]}) for q, t in texts])
     scores = [runtime.run_call([e.item]).per_text[0] for e in alone]
     [together] = encode(runtime, [SimpleNamespace(**{first: texts[0][0], listed: [t for _, t in texts]})])

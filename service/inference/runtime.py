@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from core.bundle import CONFIG_FILE, Bundle, BundleError, check_output_width, read_bundle
 from core.tasks import TASKS, TEXT_FIELD_OF_INPUT, TaskForm
 from core.tokenization import TextEncoder, fill_2d, fill_3d
-from core.transformers_bundle import GRAPH_INPUTS, KIND, LOGITS, TemplateEncoder
+from core.transformers_bundle import GRAPH_INPUTS, KIND, LOGITS, UNDECIDED_LABEL, TemplateEncoder, listed_first
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -631,9 +631,9 @@ def check_graph(bundle: Bundle, session: ort.InferenceSession) -> None:
     if LOGITS not in outputs:
         raise BundleError(f"{bundle.model_path}: no output named {LOGITS!r} (outputs: {sorted(outputs)})")
     task = TASKS[bundle.config.task]
-    if task.form is TaskForm.CONTEXTS and task.labelled:
-        raise BundleError(f"{bundle.path / CONFIG_FILE}: a {KIND} bundle does not serve {task.name} (a label over a "
-                          "text and a list); docs/transformers.md")
+    if task.form is TaskForm.CONTEXTS and task.labelled and UNDECIDED_LABEL not in bundle.config.labels:
+        raise BundleError(f"{bundle.path / CONFIG_FILE}: a {KIND} {task.name} bundle needs the label "
+                          f"{UNDECIDED_LABEL!r} (its pairs' neutral); import the model again (attserve bundle import-hf)")
     width, wanted = outputs[LOGITS][-1], len(bundle.config.labels) if task.labelled else 1  # a reranker: one logit
     if isinstance(width, int) and width != wanted:
         raise BundleError(f"{bundle.path / CONFIG_FILE}: {task.name} reads {wanted} logits but {bundle.model_path} "
@@ -642,8 +642,9 @@ def check_graph(bundle: Bundle, session: ort.InferenceSession) -> None:
 
 class TransformersRuntime(ModelRuntime):
     """ModelRuntime over one sequence per input (the comment above), or for a text and a list
-    (rerank) one sequence per text of the list: an item of (texts, length) bucket shape whose
-    per-text scores are its sequences' one logit."""
+    one sequence per text of the list: an item of (texts, length) bucket shape. A reranker's
+    per-text scores are its sequences' one logit; verification reads the claim against each
+    evidence sentence (`decide`)."""
 
     def __init__(self, bundle: Bundle, session: ort.InferenceSession, threads: int, encoder: TemplateEncoder) -> None:
         super().__init__(bundle, session, threads, encoder)
@@ -656,6 +657,9 @@ class TransformersRuntime(ModelRuntime):
         self.list_inputs = {SEQUENCE} if self.list_inputs else set()
         self.list_index = 0 if self.list_inputs else None
         self.output_names = [LOGITS]
+        self.listed_first = listed_first(TASKS[self.config.task])
+        # verification: the logit of "the evidence does not decide the claim"
+        self.undecided = self.config.labels.index(UNDECIDED_LABEL) if self.list_inputs and self.labelled else None
         self.buckets = {SEQUENCE: length_buckets(spec.max_length)}
         self._bucket_of_length = {SEQUENCE: [bucket_of(n, self.buckets[SEQUENCE]) for n in range(spec.max_length + 1)]}
 
@@ -675,7 +679,8 @@ class TransformersRuntime(ModelRuntime):
         if not self.list_inputs:
             return ModelRuntime.make_item(self, (self.template.join(*ids),))
         first, listed = ids
-        return ModelRuntime.make_item(self, ([self.template.join(first[: t.first_kept], t) for t in listed],))
+        pairs = [(t, first[: t.first_kept]) if self.listed_first else (first[: t.first_kept], t) for t in listed]
+        return ModelRuntime.make_item(self, ([self.template.join(*pair) for pair in pairs],))
 
     def item_of_shape(self, shape: tuple[int, ...]) -> Item:
         if self.list_inputs:
@@ -730,6 +735,23 @@ class TransformersRuntime(ModelRuntime):
             return super()._call(items, explain_rows)
         [logits] = self.run(self.feeds(items))
         slots = batch_shape(items)[0]
+        explanations = {row: {} for row in explain_rows}
+        if self.labelled:
+            return (*self.decide(logits[: len(items) * slots].reshape(len(items), slots, -1), items), explanations)
         scores = logits[: len(items) * slots, 0].reshape(len(items), slots).tolist()
         per_text = [row[: len(item.ids[0])] for row, item in zip(scores, items, strict=True)]
-        return None, per_text, {row: {} for row in explain_rows}
+        return None, per_text, explanations
+
+    def decide(self, logits: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, list[list[float]]]:
+        """Verification with a pair model, context-wise (as AttConv's multi-context max): each
+        evidence sentence is read against the claim on its own, and the claim takes the logits of
+        the sentence that most decides it (the least P(neutral)); `evidence_scores` are the
+        sentences' P(deciding), 1 - P(neutral), as shares summing to 1. `logits`: (n, K, C)."""
+        chosen, shares = [], []
+        for rows, item in zip(logits, items, strict=True):
+            rows = rows[: len(item.ids[0])]
+            deciding = 1.0 - softmax(rows)[:, self.undecided]
+            chosen.append(rows[int(deciding.argmax())])
+            total = deciding.sum()
+            shares.append((deciding / total if total > 0 else np.full(len(rows), 1.0 / len(rows))).tolist())
+        return np.stack(chosen), shares

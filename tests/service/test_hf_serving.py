@@ -42,6 +42,10 @@ def repository(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
         assert result.exit_code == 0, result.output
         assert "parity: max |logits - transformers|" in result.output
         assert "'ENTAILMENT': 'entailment'" in result.output
+    result = CliRunner().invoke(app, ["bundle", "import-hf", str(exports["bert-nli"]), "--task", "verification",
+                                      "--max-texts", "4", "-o", str(root / "repository" / "bert-fever")])
+    assert result.exit_code == 0, result.output
+    assert "'NEUTRAL': 'NOT ENOUGH INFO'" in result.output
     rerank = build_export("bert", root / "cross-encoder", {0: "LABEL_0"})
     exports["bert-rerank"] = rerank
     result = CliRunner().invoke(app, ["bundle", "import-hf", str(rerank), "--task", "rerank", "--max-texts", "4",
@@ -112,7 +116,7 @@ def test_models_lists_the_kind(repository):
     listed = {m["name"]: m for m in run(root, scenario).json()["models"]}
     assert {n: (m["kind"], m["task"], m["status"]) for n, m in listed.items()} == {
         "bert-nli": ("transformers", "entailment", "ready"), "roberta-nli": ("transformers", "entailment", "ready"),
-        "bert-rerank": ("transformers", "rerank", "ready")}
+        "bert-rerank": ("transformers", "rerank", "ready"), "bert-fever": ("transformers", "verification", "ready")}
     assert listed["bert-rerank"]["max_evidence"] == 4
     assert listed["roberta-nli"]["labels"] == LABELS
     assert listed["bert-nli"]["length_buckets"] == {"input_ids": [8, 16, 32, 40]}
@@ -143,3 +147,33 @@ def test_rerank_with_a_cross_encoder(repository):
         assert {r["index"]: r["score"] for r in answer.json()} == pytest.approx(dict(enumerate(expected.tolist())),
                                                                                abs=1e-5)
     assert many.status_code == 422 and "at most 4" in many.json()["error"]["message"]
+
+
+def test_verify_with_a_pair_model(repository):
+    """/verify on an NLI model: the label and scores of the evidence sentence that most decides
+    the claim (least neutral), evidence_scores each sentence's share of 1 - P(neutral); explain
+    answers with the claim's and each sentence's tokens."""
+    root, exports = repository
+    claim, evidence = "a person is making music .", [PAIRS[1]["premise"], PAIRS[0]["premise"], LONG]
+
+    async def scenario(client):
+        verified = await client.post("/verify", json={"claim": claim, "evidence": evidence})
+        explained = await client.post("/verify", json={"claim": claim, "evidence": evidence[:1], "explain": True})
+        return verified, explained
+
+    verified, explained = run(root, scenario)
+    model, tokenizer = reference(exports["bert-nli"])
+    batch = tokenizer(evidence, [claim] * 3, padding=True, truncation=True, max_length=40, return_tensors="pt")
+    with torch.no_grad():
+        probs = torch.softmax(model(**batch).logits.double(), dim=-1)
+    deciding = 1 - probs[:, 1]
+    best = probs[int(deciding.argmax())]
+    assert verified.status_code == 200, verified.text
+    body = verified.json()
+    fever = ["SUPPORTS", "NOT ENOUGH INFO", "REFUTES"]
+    assert [body["scores"][label] for label in fever] == pytest.approx(best.tolist(), abs=1e-5)
+    assert body["label"] == fever[int(best.argmax())] and body["truncated"] is True
+    assert body["evidence_scores"] == pytest.approx((deciding / deciding.sum()).tolist(), abs=1e-3)
+    assert explained.status_code == 200, explained.text
+    tokens = explained.json()["explanation"]["tokens"]
+    assert set(tokens) == {"claim", "evidence"} and len(tokens["evidence"]) == 1

@@ -156,8 +156,8 @@ def test_label_refusals(task, source, given, says):
 
 
 def test_refusals_say_what_to_do(imported, tmp_path):
-    """A folder without tokenizer.json, a graph without logits, labels that fit no task, a task
-    this kind does not serve: refused, each message naming the fix."""
+    """A folder without tokenizer.json, a graph without logits, labels that fit no task, no
+    task: refused, each message naming the fix."""
     export, _ = imported["bert"]
     no_tokenizer = shutil.copytree(export, tmp_path / "no-tokenizer")
     (no_tokenizer / "tokenizer.json").unlink()
@@ -181,8 +181,8 @@ def test_refusals_say_what_to_do(imported, tmp_path):
     (odd_labels / "config.json").write_text(json.dumps(their))
     with pytest.raises(ImportRefused, match=r"fit no entailment label .* name each logit with --labels"):
         build_config(odd_labels, "entailment", "x", None, None)
-    with pytest.raises(ImportRefused, match="verification with a pair model is not served yet"):
-        build_config(export, "verification", "x", None, None)
+    with pytest.raises(ImportRefused, match="not a task; one of"):
+        build_config(export, "sentiment", "x", None, None)
 
 
 def test_a_bundle_whose_graph_changed_is_refused(imported, tmp_path):
@@ -240,3 +240,33 @@ def test_unknown_token_share(imported, kind, unknown):
     total = sum(len(encoded.ids[0]) for _, encoded, _ in fields)
     count = sum(encoded.unknown[0] for _, encoded, _ in fields)
     assert (count > 0) is unknown and odd.unknown_share == pytest.approx(count / total, abs=1e-4)
+
+
+def test_verification_reads_each_evidence_sentence_against_the_claim(imported, tmp_path):
+    """An NLI model imported for verification: its labels read as FEVER's; each evidence sentence
+    is the premise of the claim on its own, the claim takes the logits of the sentence whose pair
+    is least neutral, and evidence_scores are each pair's 1 - P(neutral) as shares; an answer is
+    the same alone and in a batch."""
+    export, _ = imported["bert"]
+    bundle = tmp_path / "bert-fever"
+    write_import(*build_config(export, "verification", bundle.name, None, None, max_texts=4), bundle)
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    assert runtime.config.labels == ["SUPPORTS", "NOT ENOUGH INFO", "REFUTES"]  # ENTAILMENT, NEUTRAL, CONTRADICTION
+    claims = [("a person is making music .", [p for p, _ in PAIRS[:3]]), ("kids play .", [LONG, PAIRS[1][1]])]
+    model, tokenizer = reference(export)
+    made = [e.item for e in encode(runtime, [SimpleNamespace(claim=c, evidence=e) for c, e in claims])]
+    together = runtime.run_batch(made)[0]
+    for row, (claim, evidence) in enumerate(claims):
+        batch = tokenizer(evidence, [claim] * len(evidence), padding=True, truncation=True, max_length=MAX_LENGTH,
+                          return_tensors="pt")
+        with torch.no_grad():
+            pairs = model(**batch).logits.double()
+        deciding = 1 - torch.softmax(pairs, dim=-1)[:, 1]
+        alone = runtime.run_batch([made[row]])[0]
+        for output in (alone, together):
+            np.testing.assert_allclose(output.logits[row if output is together else 0],
+                                       pairs[int(deciding.argmax())].numpy(), atol=TOLERANCE, rtol=0)
+            assert output.per_text[row if output is together else 0] == pytest.approx(
+                (deciding / deciding.sum()).tolist(), abs=TOLERANCE)
+    with pytest.raises(ImportRefused, match="means neutral"):
+        map_labels("verification", ["entailment", "contradiction"])
