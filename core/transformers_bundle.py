@@ -82,7 +82,8 @@ class PairTemplate:
         adding = [p for p in processors if p.get("type") != "ByteLevel"]
         if not adding:
             return cls((("A", 0),), (("A", 0), ("B", 1)))
-        if len(adding) > 1 or adding[0].get("type") not in ("TemplateProcessing", "BertProcessing", "RobertaProcessing"):
+        known = ("TemplateProcessing", "BertProcessing", "RobertaProcessing")
+        if len(adding) > 1 or adding[0].get("type") not in known:
             raise ValueError(f"tokenizer post-processor {[p.get('type') for p in adding]} is not one attserve applies "
                              "(TemplateProcessing, BertProcessing, RobertaProcessing)")
         p = adding[0]
@@ -187,8 +188,8 @@ class TemplateEncoder:
             listed_parts += [(ListedIds(rows, len(q[0])), cut, *rest)
                              for q, (rows, cut, *rest) in zip(mine, parts[1][at:at + n], strict=True)]
             at += n
-        return [(task.fields[0], _encoded(firsts, describing), None), (task.fields[1], _encoded(listed_parts, describing),
-                                                                        counts)]
+        return [(task.fields[0], _encoded(firsts, describing), None),
+                (task.fields[1], _encoded(listed_parts, describing), counts)]
 
     def _encode(self, texts: list, budget: int, describing: bool) -> tuple[list, list]:
         """Each text (or pair) encoded whole and as kept: cut longest-first to `budget` tokens
@@ -251,5 +252,5 @@ def _segment(encoding, k: int) -> slice:
     return slice(encoding.sequence_ids.count(0), len(encoding.ids))
 
 
-__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "UNDECIDED_LABEL", "ListedIds", "listed_first", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
-           "TemplateIds"]
+__all__ = ["GRAPH_INPUTS", "KIND", "LOGITS", "ListedIds", "PairTemplate", "TRANSFORMERS_CONFIG_FILE", "TemplateEncoder",
+           "TemplateIds", "UNDECIDED_LABEL", "listed_first"]

@@ -24,8 +24,14 @@ import typer
 
 from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, BundleConfig, BundleError, Parity, external_data
 from core.tasks import TASKS, TaskForm
-from core.transformers_bundle import (GRAPH_INPUTS, KIND, LOGITS, TRANSFORMERS_CONFIG_FILE, UNDECIDED_LABEL,
-                                      TemplateEncoder)
+from core.transformers_bundle import (
+    GRAPH_INPUTS,
+    KIND,
+    LOGITS,
+    TRANSFORMERS_CONFIG_FILE,
+    UNDECIDED_LABEL,
+    TemplateEncoder,
+)
 
 # Each task's label names and the names a model's config may give them (lower-cased, "-" and
 # " " read as "_"). A classification model keeps its own names.
@@ -45,7 +51,8 @@ LABEL_SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
 _GENERIC = re.compile(r"^label_?\d+$", re.IGNORECASE)
 # model types whose position ids start after the padding id (RoBERTa's create_position_ids):
 # max_position_embeddings - (pad_token_id + 1) tokens fit
-_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "roberta-prelayernorm"}
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
+                     "roberta-prelayernorm"}
 # a tolerance on logits: transformers' forward against onnxruntime's on the same ids
 PARITY_TOLERANCE = 1e-4
 PARITY_PAIRS = [("A man is playing a guitar on stage.", "A man is performing music."),
@@ -327,8 +334,8 @@ def import_hf(
                                          "comma-separated (default: mapped from the config's id2label)."),
     max_length: Optional[int] = typer.Option(None, "--max-length", min=2, help="Tokens per sequence, special "
                                              "tokens included (default: what the model reads)."),
-    max_texts: int = typer.Option(32, "--max-texts", min=1, help="rerank: the most texts one request may list "
-                                  "(its max_evidence)."),
+    max_texts: int = typer.Option(32, "--max-texts", min=1, help="rerank and verification: the most texts one "
+                                  "request may list (its max_evidence)."),
     reference: Optional[Path] = typer.Option(None, "--reference", help="The PyTorch weights' folder for the parity "
                                              "check (default: the source folder when it holds them)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out."),

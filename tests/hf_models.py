@@ -51,7 +51,8 @@ def roberta_tokenizer():
     tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
         vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
+                                                      ("<s>", tok.token_to_id("<s>")))
     return tok
 
 
@@ -79,8 +80,14 @@ TOKENIZERS = {"bert": bert_tokenizer, "roberta": roberta_tokenizer, "deberta-v2"
 
 def build_model(kind: str, vocab_size: int, id2label: dict[int, str]):
     import torch
-    from transformers import (BertConfig, BertForSequenceClassification, DebertaV2Config,
-                              DebertaV2ForSequenceClassification, RobertaConfig, RobertaForSequenceClassification)
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        DebertaV2Config,
+        DebertaV2ForSequenceClassification,
+        RobertaConfig,
+        RobertaForSequenceClassification,
+    )
 
     torch.manual_seed(7)
     sizes = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -17,12 +17,12 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from core.bundle import BundleError, load_bundle  # noqa: E402
-from core.tasks import TASKS  # noqa: E402
-from export.import_hf import ImportRefused, build_config, map_labels, write_import  # noqa: E402
-from service.inference.runtime import CPU, ModelRuntime  # noqa: E402
-from service.inference.tasks import encode  # noqa: E402
-from tests.hf_models import build_export, reference  # noqa: E402
+from core.bundle import BundleError, load_bundle
+from core.tasks import TASKS
+from export.import_hf import ImportRefused, build_config, map_labels, write_import
+from service.inference.runtime import CPU, ModelRuntime
+from service.inference.tasks import encode
+from tests.hf_models import build_export, reference
 
 KINDS = ("bert", "roberta", "deberta-v2")
 MAX_LENGTH = 40  # both tiny models' sequence length
@@ -235,8 +235,8 @@ def test_unknown_token_share(imported, kind, unknown):
     plain, odd = encode(runtime, [SimpleNamespace(premise="the cat sleeps .", hypothesis="a dog ."),
                                   SimpleNamespace(premise="the cat sleeps \u20ac", hypothesis="\u2603 dog .")])
     assert plain.unknown_share == 0.0
-    fields = runtime.encoder.encode_fields(TASKS["entailment"], [SimpleNamespace(premise="the cat sleeps \u20ac",
-                                                                                 hypothesis="\u2603 dog .")], MAX_LENGTH)
+    odd_input = SimpleNamespace(premise="the cat sleeps \u20ac", hypothesis="\u2603 dog .")
+    fields = runtime.encoder.encode_fields(TASKS["entailment"], [odd_input], MAX_LENGTH)
     total = sum(len(encoded.ids[0]) for _, encoded, _ in fields)
     count = sum(encoded.unknown[0] for _, encoded, _ in fields)
     assert (count > 0) is unknown and odd.unknown_share == pytest.approx(count / total, abs=1e-4)
