@@ -36,13 +36,13 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pydantic_core
 from tqdm.auto import tqdm
 
-from core.bundle import CONFIG_FILE, BundleConfig, load_bundle, read_config
+from core.bundle import CONFIG_FILE, Bundle, BundleConfig, load_bundle, read_config
 from core.tasks import TASK_OF_DATASET, TASKS
 from core.tokenization import PAD_ID, UNK_TOKEN, TextEncoder, pad_2d, pad_3d
 from training.batching import encode_examples, label_ids
@@ -367,6 +367,73 @@ def _ood_ece(ood: OodSet, logits: np.ndarray, labels: Sequence[str], temperature
     return ece_from_confidence(confidence, predicted == ood.gold(), ECE_BINS)
 
 
+def _bundle_scorer(bundle: Bundle, threads: int, progress: bool) -> Callable[[Sequence[Example], str], Scored]:
+    """run(examples, what): the bundle's ONNX graph scores `examples`, logged under `what`."""
+    config = bundle.config
+    encoder = TextEncoder.from_file(bundle.tokenizer_path)
+    session = open_session(bundle.model_path, threads)
+
+    def run(examples: Sequence[Example], what: str) -> Scored:
+        t0 = time.perf_counter()
+        scored = score_examples(session, encoder, config, examples, desc=f"{config.name}: {what}", progress=progress)
+        log.info("scored", extra={"bundle_name": config.name, "set": what, "examples": len(examples),
+                                  "seconds": round(time.perf_counter() - t0, 1), "unknown_share": round(scored.unknown_share, 5)})
+        return scored
+
+    return run
+
+
+def _in_domain_ece(scored: dict[str, Scored], gold: dict[str, np.ndarray], temperature: float) -> dict[str, float]:
+    """ECE of the in-domain dev and test scores at `temperature` (1.0: the network's own)."""
+    return {f"in_domain_{part}": expected_calibration_error(calibrated_probs(scored[part].logits, temperature), gold[part], ECE_BINS)
+            for part in ("dev", "test")}
+
+
+def _card_data(bundle_dir: Path, raw: dict[str, Any], splits: DatasetSplits | None, recipe: Any,
+               dataset: str | None, cache_dir: str | Path | None) -> tuple[DatasetSplits, dict[str, Any] | None]:
+    """The data a card is measured on (build_card's `splits`, `recipe` or `dataset`, else the one
+    the bundle records) and, for a recipe on the user's own files, those files for the card."""
+    files: dict[str, Any] | None = None
+    if recipe is not None and splits is None:
+        if dataset is not None:
+            raise ValueError("give --recipe or --dataset, not both")
+        if isinstance(recipe, (str, Path)):
+            from training.recipes import load_recipe
+
+            recipe = load_recipe(recipe)
+        splits = recipe_splits(recipe, cache_dir)
+        if recipe.data.dataset is None:
+            files = _recipe_files(recipe, raw)
+    if splits is None:
+        from training.datasets import load_dataset
+
+        dataset = dataset or resolve_dataset(raw, bundle_dir)
+        splits = load_dataset(dataset, cache_dir=cache_dir)
+        names = recorded_label_names(raw, bundle_dir)
+        if names:
+            splits = rename_labels(splits, names)
+    return splits, files
+
+
+def _score_ood_sets(config: BundleConfig, run: Callable[[Sequence[Example], str], Scored], ood_dir: str | Path | None,
+                    max_examples: int | None, temperature: float, unknown_share: dict[str, float],
+                    ece_before: dict[str, float], ece_after: dict[str, float]) -> dict[str, Any]:
+    """Each out-of-domain set the model's labels can answer, scored by `run`: its metrics (returned)
+    and, added in place under its name, its unknown-token share and ECE before/after `temperature`."""
+    labels = list(config.labels)
+    ood_metrics: dict[str, Any] = {}
+    for ood in ood_sets(config.task, root=ood_dir, max_examples=max_examples):
+        if not ood.fits(labels):
+            log.info("ood set skipped: the model's labels cannot answer it", extra={"bundle_name": config.name, "set": ood.name, "labels": labels})
+            continue
+        result = run(ood.examples, f"ood {ood.name}")
+        ood_metrics[ood.name] = ood.metrics(result.logits, labels)
+        unknown_share[ood.name] = result.unknown_share
+        ece_before[ood.name] = _ood_ece(ood, result.logits, labels, 1.0)
+        ece_after[ood.name] = _ood_ece(ood, result.logits, labels, temperature)
+    return ood_metrics
+
+
 def build_card(
     bundle_dir: str | Path,
     dev_split: str = "dev",
@@ -390,25 +457,7 @@ def build_card(
     bundle = load_bundle(bundle_dir)
     config = bundle.config
     raw = json.loads((bundle_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    files: dict[str, Any] | None = None
-    if recipe is not None and splits is None:
-        if dataset is not None:
-            raise ValueError("give --recipe or --dataset, not both")
-        if isinstance(recipe, (str, Path)):
-            from training.recipes import load_recipe
-
-            recipe = load_recipe(recipe)
-        splits = recipe_splits(recipe, cache_dir)
-        if recipe.data.dataset is None:
-            files = _recipe_files(recipe, raw)
-    if splits is None:
-        from training.datasets import load_dataset
-
-        dataset = dataset or resolve_dataset(raw, bundle_dir)
-        splits = load_dataset(dataset, cache_dir=cache_dir)
-        names = recorded_label_names(raw, bundle_dir)
-        if names:
-            splits = rename_labels(splits, names)
+    splits, files = _card_data(bundle_dir, raw, splits, recipe, dataset, cache_dir)
     dataset = splits.name
     if failure_modes is None:
         failure_modes = list((raw.get("card") or {}).get("known_failure_modes") or [])
@@ -418,17 +467,8 @@ def build_card(
         raise ValueError(f"{bundle_dir}: dataset {dataset!r} ({splits.task}, {splits.labels}) does not match the bundle ({config.task}, {config.labels})")
     if dev_split not in ("train", "dev", "test"):
         raise ValueError(f"--dev-split must be train, dev or test, not {dev_split!r}")
-    encoder = TextEncoder.from_file(bundle.tokenizer_path)
-    session = open_session(bundle.model_path, threads)
+    run = _bundle_scorer(bundle, threads, progress)
     labels = list(config.labels)
-
-    def run(examples: Sequence[Example], what: str) -> Scored:
-        t0 = time.perf_counter()
-        scored = score_examples(session, encoder, config, examples, desc=f"{config.name}: {what}", progress=progress)
-        log.info("scored", extra={"bundle_name": config.name, "set": what, "examples": len(examples),
-                                  "seconds": round(time.perf_counter() - t0, 1), "unknown_share": round(scored.unknown_share, 5)})
-        return scored
-
     parts = {"dev": getattr(splits, dev_split), "test": splits.test}
     scored = {part: run(examples, f"in-domain {name}") for (part, examples), name in zip(parts.items(), (dev_split, "test"))}
     gold = {part: label_ids(examples, labels) for part, examples in parts.items()}
@@ -441,25 +481,13 @@ def build_card(
         if splits.sources.get(split_name):  # a mixed dataset: each source's accuracy too
             in_domain[part]["by_source"] = _accuracy_by_source(scored[part].logits, gold[part], splits.sources[split_name])
     unknown_share = {"in_domain_test": scored["test"].unknown_share}
-    ece_before = {"in_domain_dev": expected_calibration_error(calibrated_probs(scored["dev"].logits), gold["dev"], ECE_BINS),
-                  "in_domain_test": expected_calibration_error(calibrated_probs(scored["test"].logits), gold["test"], ECE_BINS)}
-    ece_after = {"in_domain_dev": expected_calibration_error(calibrated_probs(scored["dev"].logits, temperature), gold["dev"], ECE_BINS),
-                 "in_domain_test": expected_calibration_error(calibrated_probs(scored["test"].logits, temperature), gold["test"], ECE_BINS)}
-    ood_metrics: dict[str, Any] = {}
-    for ood in ood_sets(config.task, root=ood_dir, max_examples=max_ood_examples):
-        if not ood.fits(labels):
-            log.info("ood set skipped: the model's labels cannot answer it", extra={"bundle_name": config.name, "set": ood.name, "labels": labels})
-            continue
-        result = run(ood.examples, f"ood {ood.name}")
-        ood_metrics[ood.name] = ood.metrics(result.logits, labels)
-        unknown_share[ood.name] = result.unknown_share
-        ece_before[ood.name] = _ood_ece(ood, result.logits, labels, 1.0)
-        ece_after[ood.name] = _ood_ece(ood, result.logits, labels, temperature)
+    ece_before = _in_domain_ece(scored, gold, 1.0)
+    ece_after = _in_domain_ece(scored, gold, temperature)
+    ood_metrics = _score_ood_sets(config, run, ood_dir, max_ood_examples, temperature,
+                                  unknown_share, ece_before, ece_after)
 
     warnings = calibration_warnings(fit, ece_before, ece_after, len(gold["dev"]), held_out=dev_split != "test")
-    if fit["fitted_on"] != fitted_on:  # not fitted: why
-        log.warning("calibration", extra={"bundle_name": config.name, "warning": fit["fitted_on"]})
-    for warning in warnings:
+    for warning in ([fit["fitted_on"]] if fit["fitted_on"] != fitted_on else []) + warnings:  # not fitted: why
         log.warning("calibration", extra={"bundle_name": config.name, "warning": warning})
     card = {
         "training_data": {"dataset": splits.name, "train_examples": len(splits.train), "description": splits.description,
