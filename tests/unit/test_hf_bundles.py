@@ -197,7 +197,7 @@ def test_a_bundle_whose_graph_changed_is_refused(imported, tmp_path):
     assert TASKS["entailment"].inputs == ("premise_ids", "hypothesis_ids")
 
 
-def test_reranker_scores_each_pair_on_its_own(tmp_path):
+def test_reranker_scores_each_pair_on_its_own(imported, tmp_path):
     """A one-logit cross-encoder imported for rerank: each text's score is transformers' logit of
     the (query, text) pair (cut longest-first on its own), whatever else the list holds; a
     two-logit model is refused for rerank."""
@@ -223,7 +223,7 @@ def test_reranker_scores_each_pair_on_its_own(tmp_path):
         assert two[1] == pytest.approx([expected[k]], abs=TOLERANCE)
     assert np.ptp(expected) > 1e-3
     with pytest.raises(ImportRefused, match="one logit"):
-        build_config(build_export("roberta", tmp_path / "exports"), "rerank", "x", None, None)
+        build_config(imported["roberta"][0], "rerank", "x", None, None)
 
 
 @pytest.mark.parametrize("kind,unknown", [("bert", True), ("roberta", False), ("deberta-v2", True)])
