@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
+
+if TYPE_CHECKING:  # imported when the command runs (nothing heavy at import)
+    from bench.suite import BenchOptions
 
 log = logging.getLogger("bench.commands")
 
@@ -32,6 +35,54 @@ def _model_pairs(models: list[str] | None) -> tuple[tuple[str, str], ...] | None
             raise typer.BadParameter(f"{spec!r}: expected BUNDLE:DATASET, e.g. snli-attconv-light:snli")
         pairs.append((name, dataset))
     return tuple(pairs)
+
+
+def _bench_gpu(out: Path | None, repository: Path, model: list[str] | None, gpu_workers: int,
+               duration: int | None, examples: int | None) -> None:
+    """`attserve bench --device cuda`: the GPU bench (bench/gpu.py) of the first --model."""
+    from bench import gpu
+
+    try:
+        gpu.require_cuda()  # before anything is loaded or written
+    except gpu.CudaMissing as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    name, dataset = (_model_pairs(model) or (("snli-attconv-light", "snli"),))[0]
+    target = out or Path("bench/results/gpu")
+    gpu.run(target, repository, name, dataset, gpu_workers, duration or 10, examples or 2000)
+    typer.echo(str(target / "results.json"))
+
+
+def _prepare_workloads(options: BenchOptions, work: Path, say: Callable[[str], None]) -> tuple[list, dict, dict[str, str]]:
+    """The workloads of `options` (short mode: the tiny model, built under `work`): each one's
+    request bodies and description, and the bundles skipped because they are missing."""
+    from bench.suite import DEFAULT_MODELS
+    from bench.workloads import TINY_NAME, build_tiny_model, prepare
+
+    workloads, info, skipped = [], {}, {}
+    if options.mode == "short":
+        say("building the tiny model")
+        bundle, checkpoint = build_tiny_model(work / "tiny")
+        pairs = ((TINY_NAME, "snli"),)
+        locations = {TINY_NAME: (bundle, checkpoint)}
+    else:
+        pairs = options.models or DEFAULT_MODELS
+        locations = {}
+        for name, _ in pairs:
+            ckpt = options.checkpoints / name if options.checkpoints else None
+            locations[name] = (options.repository / name,
+                               ckpt if ckpt is not None and (ckpt / "model.safetensors").is_file() else None)
+    for name, dataset in pairs:
+        bundle, checkpoint = locations[name]
+        if not (bundle / "config.json").is_file():
+            skipped[name] = f"no bundle at {bundle}"
+            log.warning("workload skipped", extra={"workload": name, "reason": skipped[name]})
+            continue
+        say(f"{name}: loading {dataset} test examples")
+        workload, described = prepare(name, dataset, bundle, checkpoint, work / "bodies", options.examples)
+        workloads.append(workload)
+        info[name] = described
+    return workloads, info, skipped
 
 
 def bench(
@@ -61,24 +112,13 @@ def bench(
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter(f"--device {device!r}: cpu or cuda")
     if device == "cuda":
-        from bench import gpu
-
-        try:
-            gpu.require_cuda()  # before anything is loaded or written
-        except gpu.CudaMissing as exc:
-            typer.echo(str(exc), err=True)
-            raise typer.Exit(2) from None
-        name, dataset = (_model_pairs(model) or (("snli-attconv-light", "snli"),))[0]
-        target = out or Path("bench/results/gpu")
-        gpu.run(target, repository, name, dataset, gpu_workers, duration or 10, examples or 2000)
-        typer.echo(str(target / "results.json"))
+        _bench_gpu(out, repository, model, gpu_workers, duration, examples)
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bench import loadgen, report
     from bench.suite import (
-        DEFAULT_MODELS,
         KNOBS_PLOT,
         LATENCY_PLOT,
         RESULTS_FILE,
@@ -87,7 +127,6 @@ def bench(
         BenchOptions,
         Suite,
     )
-    from bench.workloads import TINY_NAME, build_tiny_model, prepare
 
     if not loadgen.wrk_available():
         typer.echo("wrk not found: install it (Debian: apt-get install wrk, or bash bench/ci-deps.sh as root)", err=True)
@@ -104,29 +143,8 @@ def bench(
                   transient=False) as progress:
         task = progress.add_task("preparing", total=None)
         suite = Suite(options, progress=lambda text: progress.update(task, description=text))
-        workloads, info, skipped = [], {}, {}
-        if options.mode == "short":
-            progress.update(task, description="building the tiny model")
-            bundle, checkpoint = build_tiny_model(suite.work / "tiny")
-            pairs = ((TINY_NAME, "snli"),)
-            locations = {TINY_NAME: (bundle, checkpoint)}
-        else:
-            pairs = options.models or DEFAULT_MODELS
-            locations = {}
-            for name, _ in pairs:
-                ckpt = options.checkpoints / name if options.checkpoints else None
-                locations[name] = (options.repository / name,
-                                   ckpt if ckpt is not None and (ckpt / "model.safetensors").is_file() else None)
-        for name, dataset in pairs:
-            bundle, checkpoint = locations[name]
-            if not (bundle / "config.json").is_file():
-                skipped[name] = f"no bundle at {bundle}"
-                log.warning("workload skipped", extra={"workload": name, "reason": skipped[name]})
-                continue
-            progress.update(task, description=f"{name}: loading {dataset} test examples")
-            workload, described = prepare(name, dataset, bundle, checkpoint, suite.work / "bodies", options.examples)
-            workloads.append(workload)
-            info[name] = described
+        workloads, info, skipped = _prepare_workloads(options, suite.work,
+                                                      lambda text: progress.update(task, description=text))
         if not workloads:
             typer.echo(f"no bundle to benchmark: {skipped}", err=True)
             raise typer.Exit(2)

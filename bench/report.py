@@ -75,8 +75,18 @@ def markdown(r: dict) -> str:
     for name, x in r["ratios"].items():
         met = {True: "yes", False: "**no**", None: "-"}[x["met"]]
         lines.append(f"| {name} | {_fmt(x['value'], 3)} | {x['target'] or '-'} | {met} | {x['definition']} |")
+    lines += _engine_sections(r)
+    lines += _load_run_section(r)
+    lines += _ort_and_act_sections(r)
+    lines += _knobs_section(r["knobs"])
+    lines += _profile_section(r["profile"])
+    return "\n".join(lines) + "\n"
 
-    lines += ["", "## Engine ceiling (in-process onnxruntime, items/s)", "",
+
+def _engine_sections(r: dict) -> list[str]:
+    """The engine ceiling and the engine on the bench's requests, as Markdown lines."""
+    s = r["settings"]
+    lines = ["", "## Engine ceiling (in-process onnxruntime, items/s)", "",
               "| workload | cores | " + " | ".join(f"batch {b}" for b in s["batch_sizes"]) + " |",
               "|---|---|" + "---:|" * len(s["batch_sizes"])]
     for name, sections in r["engine_ceiling"].items():
@@ -97,8 +107,12 @@ def markdown(r: dict) -> str:
             cells = [f"{_fmt(by[c]['items_per_s'])} ({_fmt(by[c]['mean_batch_size'])})" if c in by else "-"
                      for c in concurrencies]
             lines.append(f"| {name} | {form} | " + " | ".join(cells) + " |")
+    return lines
 
-    lines += ["", "## Load runs", "", *RUN_HEADER]
+
+def _load_run_section(r: dict) -> list[str]:
+    """Every load run of the service, the HTTP floor, the naive server and the peer."""
+    lines = ["", "## Load runs", "", *RUN_HEADER]
     for name, sections in r["service"].items():
         for form in ("single", "batch32"):
             for where, runs in sections[form].items():
@@ -109,8 +123,12 @@ def markdown(r: dict) -> str:
     lines += _run_rows("peer (BentoML)", r["peer"].get("pinned"))
     if r["peer"]["status"] != "ok":
         lines += ["", f"Peer: {r['peer']['status']}: {r['peer']['reason']}"]
+    return lines
 
-    lines += ["", "## onnxruntime vs PyTorch eager (ms per batch, pinned, 1 thread)", "",
+
+def _ort_and_act_sections(r: dict) -> list[str]:
+    """onnxruntime vs PyTorch eager per batch size, and ACT vs a Transformer at the paper's settings."""
+    lines = ["", "## onnxruntime vs PyTorch eager (ms per batch, pinned, 1 thread)", "",
               "| workload | batch | onnxruntime | PyTorch eager | speed-up | max logit diff |",
               "|---|---:|---:|---:|---:|---:|"]
     for name, sizes in r["ort_vs_torch"].items():
@@ -129,9 +147,12 @@ def markdown(r: dict) -> str:
                      f"{_fmt(x['median_ms'], 2)} |")
     lines.append(f"\nACT / Transformer parameters {act['params_ratio']} (paper 0.44); speed-up {act['speedup']}x "
                  f"(paper 2.7x).")
+    return lines
 
-    knobs = r["knobs"]
-    lines += ["", "## Knobs", "", *KNOB_NOTES, ""]
+
+def _knobs_section(knobs: dict) -> list[str]:
+    """The knob sweep: what each knob trades, then its runs (or why it was not measured)."""
+    lines = ["", "## Knobs", "", *KNOB_NOTES, ""]
     if knobs["status"] != "ok":
         lines.append(f"Not measured: {knobs['reason']}.")
     else:
@@ -144,8 +165,12 @@ def markdown(r: dict) -> str:
                          f"{_fmt(split.get('mean_batch_size'), 1) if split else '-'} | {x['errors']['total']} |")
         for x in knobs.get("failed", []):
             lines.append(f"\nNot measured: {x['knob']} = {x['value']}: {x['reason'].strip().splitlines()[-1]}")
-    prof = r["profile"]
-    lines += ["", "## Profile of the service (py-spy, pinned, single-item requests)", ""]
+    return lines
+
+
+def _profile_section(prof: dict) -> list[str]:
+    """The py-spy profile of the service under load: the share of samples by thread and layer."""
+    lines = ["", "## Profile of the service (py-spy, pinned, single-item requests)", ""]
     if prof["status"] != "ok":
         lines.append(f"Not measured: {prof['reason']}.")
     else:
@@ -155,7 +180,7 @@ def markdown(r: dict) -> str:
         lines += [f"| thread {k} | {v:.1%} |" for k, v in prof["threads"].items()]
         lines += [f"| {k} (inclusive) | {v:.1%} |" for k, v in prof["layers_inclusive"].items()]
         lines += [f"| `{k}` (self) | {v:.1%} |" for k, v in prof["top_self"].items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plots(r: dict, throughput_path: Path, latency_path: Path, knobs_path: Path | None = None) -> list[Path]:
