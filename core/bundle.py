@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from core.tasks import TASKS
 
@@ -213,6 +214,16 @@ class BundleConfig(BaseModel):
     @classmethod
     def _description_without_local_paths(cls, value: str) -> str:
         return strip_local_paths(value)
+
+    @model_serializer(mode="wrap")
+    def _first_kind_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An attserve bundle's config.json is written as before the second kind existed (no
+        `kind`, no `transformers`): exports stay byte-identical."""
+        data = handler(self)
+        if self.kind == "attserve":
+            data.pop("kind", None)
+            data.pop("transformers", None)
+        return data
 
     @property
     def temperature(self) -> float:

@@ -270,3 +270,12 @@ def test_verification_reads_each_evidence_sentence_against_the_claim(imported, t
                 (deciding / deciding.sum()).tolist(), abs=TOLERANCE)
     with pytest.raises(ImportRefused, match="means neutral"):
         map_labels("verification", ["entailment", "contradiction"])
+
+
+def test_attserve_configs_are_written_as_before():
+    """The first kind's config.json carries no `kind` nor `transformers` (export's output is as
+    before the second kind), and reads as kind attserve."""
+    shipped = Path(__file__).resolve().parents[2] / "model_repository" / "bbc-act"
+    config = load_bundle(shipped).config
+    written = json.loads(config.model_dump_json(indent=2))
+    assert config.kind == "attserve" and set(written) == set(json.loads((shipped / "config.json").read_text()))
