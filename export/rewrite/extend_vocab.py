@@ -54,6 +54,47 @@ def mean_cosine(rows: np.ndarray, vectors: np.ndarray) -> float:
     return float(np.mean(np.sum(rows * vectors, axis=1) / np.maximum(norms, 1e-12)))
 
 
+def _trainable_rows(bundle: Path, encoder: TextEncoder, vocab_size: int, tuned_rows: bool) -> int:
+    """How many of the table's first rows training tuned: up to the [OOV] buckets, or (`tuned_rows`,
+    a tokenizer without buckets) all of them; refuses a bundle the mode does not fit."""
+    if encoder.oov_buckets:
+        if tuned_rows:
+            raise SystemExit(f"{bundle}: the tokenizer has [OOV] buckets, so its pretrained-only rows are frozen; drop --tuned-rows")
+        return encoder.oov_base + encoder.oov_buckets
+    if tuned_rows:
+        return vocab_size
+    raise SystemExit(f"{bundle}: the tokenizer has no [OOV] buckets, so no frozen pretrained-only rows to extend (--tuned-rows?)")
+
+
+def _check_extended_model(bundle: Path, config: dict, model_path: Path, new_model: Path, vocab_size: int,
+                          added: int) -> int:
+    """Refuse the extension unless logits on ids of the old vocabulary are bit-identical to the old
+    model's and ids over the whole new vocabulary give finite logits; the examples compared."""
+    before = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    after = ort.InferenceSession(str(new_model), providers=["CPUExecutionProvider"])
+    examples = 0
+    for feed in random_batches(config, vocab_size):
+        names = [config["outputs"][0]]
+        if not np.array_equal(before.run(names, feed)[0], after.run(names, feed)[0]):
+            raise SystemExit(f"{bundle}: logits on the old vocabulary changed; not extended")
+        examples += next(iter(feed.values())).shape[0]
+    for feed in random_batches(config, vocab_size + added, seed=1):  # ids over the whole new vocabulary
+        if not np.isfinite(after.run(None, feed)[0]).all():
+            raise SystemExit(f"{bundle}: the new ids give non-finite logits")
+    return examples
+
+
+def _write_config(bundle: Path, config: dict, old_sha: str, record: dict) -> None:
+    """config.json after the rewrite: the new checksums, a version that follows the model's
+    checksum if it did before, and `record` beside the export's parity."""
+    config["model_sha256"] = sha256_file(bundle / "model.onnx")
+    config["tokenizer_sha256"] = sha256_file(bundle / "tokenizer.json")
+    if config["version"] == old_sha[:12]:
+        config["version"] = config["model_sha256"][:12]
+    config["parity"]["vocabulary_extended"] = record
+    (bundle / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
 def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.ndarray, vectors: str,
            tuned_rows: bool = False) -> dict:
     """Append pretrained words up to `pretrained_vocab` pretrained-only words in all, from the
@@ -71,14 +112,7 @@ def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.nda
     encoder = TextEncoder(tokenizer)
     vocab = tokenizer.get_vocab()
     by_id = sorted(vocab, key=vocab.__getitem__)
-    if encoder.oov_buckets:
-        if tuned_rows:
-            raise SystemExit(f"{bundle}: the tokenizer has [OOV] buckets, so its pretrained-only rows are frozen; drop --tuned-rows")
-        trainable = encoder.oov_base + encoder.oov_buckets
-    elif tuned_rows:
-        trainable = len(vocab)
-    else:
-        raise SystemExit(f"{bundle}: the tokenizer has no [OOV] buckets, so no frozen pretrained-only rows to extend (--tuned-rows?)")
+    trainable = _trainable_rows(bundle, encoder, len(vocab), tuned_rows)
     trained = set(by_id[:trainable])
     current = by_id[trainable:]
     if pretrained_vocab <= len(current):
@@ -105,11 +139,10 @@ def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.nda
         cosine = mean_cosine(old_rows[[vocab[w] for w in shared]], matrix[[row_of[w] for w in shared]])
         if cosine < MIN_TUNED_COSINE:
             raise SystemExit(f"{bundle}: its tuned rows moved away from {vectors} (mean cosine {cosine:.3f}); not extended")
+    elif not np.array_equal(old_rows[trainable:], matrix[[row_of[w] for w in current]].astype(old_rows.dtype)):
+        raise SystemExit(f"{bundle}: its pretrained-only rows are not the {vectors} vectors (tuned?); not extended")
     else:
         cosine = None
-        expected = matrix[[row_of[w] for w in current]].astype(old_rows.dtype)
-        if not np.array_equal(old_rows[trainable:], expected):
-            raise SystemExit(f"{bundle}: its pretrained-only rows are not the {vectors} vectors (tuned?); not extended")
     new_rows = np.concatenate([old_rows, matrix[[row_of[w] for w in added]].astype(old_rows.dtype)])
     table.CopyFrom(numpy_helper.from_array(new_rows, table.name))
 
@@ -124,25 +157,11 @@ def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.nda
         extended.save(str(new_tokenizer), pretty=False)  # 0.7 MB less than pretty-printed, within the 40 MB budget
         if any(extended.token_to_id(w) != i for w, i in vocab.items()) or extended.get_vocab_size() != len(vocab) + len(added):
             raise SystemExit(f"{bundle}: the extended tokenizer moved an old word's id")
-        before = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-        after = ort.InferenceSession(str(new_model), providers=["CPUExecutionProvider"])
-        examples = 0
-        for feed in random_batches(config, len(vocab)):
-            names = [config["outputs"][0]]
-            if not np.array_equal(before.run(names, feed)[0], after.run(names, feed)[0]):
-                raise SystemExit(f"{bundle}: logits on the old vocabulary changed; not extended")
-            examples += next(iter(feed.values())).shape[0]
-        for feed in random_batches(config, len(vocab) + len(added), seed=1):  # ids over the whole new vocabulary
-            if not np.isfinite(after.run(None, feed)[0]).all():
-                raise SystemExit(f"{bundle}: the new ids give non-finite logits")
+        examples = _check_extended_model(bundle, config, model_path, new_model, len(vocab), len(added))
         old_sha = config["model_sha256"]
         shutil.copyfile(new_model, model_path)
         shutil.copyfile(new_tokenizer, tokenizer_path)
 
-    config["model_sha256"] = sha256_file(model_path)
-    config["tokenizer_sha256"] = sha256_file(tokenizer_path)
-    if config["version"] == old_sha[:12]:
-        config["version"] = config["model_sha256"][:12]
     record = {
         "applied_after_export": True,
         "vectors": vectors,
@@ -154,6 +173,5 @@ def extend(bundle: Path, pretrained_vocab: int, words: list[str], matrix: np.nda
         "logits_identical_on_old_vocabulary": True,
         "examples": examples,
     }
-    config["parity"]["vocabulary_extended"] = record
-    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    _write_config(bundle, config, old_sha, record)
     return {"bundle": str(bundle), **record, "model_bytes": model_path.stat().st_size}
