@@ -273,6 +273,50 @@ def _line(prefix: str, run: dict) -> str:
             f"p99 {run['latency_ms']['p99']:.1f} ms  errors {run['errors']['total']}  load {run['load_1m']}")
 
 
+def _usable_arms(names: list[str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """The arms `names` whose servers can run here (each one's framework, versions, first
+    setting), and why each of the others was dropped."""
+    arms: dict[str, dict] = {}
+    dropped: dict[str, str] = {}
+    for name in names:
+        a = ARMS[name]
+        versions = "this tree (.venv)"
+        if a.ensure is not None:
+            usable, note = a.ensure()
+            typer.echo(f"{name}: {note}", err=True)
+            if not usable:
+                dropped[name] = note
+                continue
+            versions = ", ".join(a.packages)
+        arms[name] = {"framework": a.framework, "versions": versions, "setting": a.sweep[0], "bodies": a.bodies}
+    return arms, dropped
+
+
+def _sweep_settings(arms: dict[str, dict], dropped: dict[str, str], bundle: Path, path: str, work: Path,
+                    concurrency: int, warmup: int, duration: int, log_dir: Path) -> list[dict]:
+    """Each arm with more than one batching setting measured at each: its best becomes its
+    setting in `arms` (an arm whose every setting failed moves to `dropped`); the runs."""
+    sweep_runs: list[dict] = []
+    for name in list(arms):
+        a = ARMS[name]
+        if len(a.sweep) < 2:
+            continue
+        tried = []
+        for setting in a.sweep:
+            run = _measure(a, setting, bundle, path, work / "bodies" / f"{a.bodies}.jsonl", concurrency,
+                           warmup, duration, log_dir)
+            typer.echo(_line(f"sweep {name:9s} {_setting_text(setting):40s}", run), err=True)
+            tried.append(run)
+        sweep_runs += tried
+        best = pick_best(tried)
+        if best is None:
+            dropped[name] = "every sweep setting failed: " + tried[-1].get("error", "errors under load")[:300]
+            del arms[name]
+            continue
+        arms[name]["setting"] = best["setting"]
+    return sweep_runs
+
+
 @app.command()
 def main(
     arm: Annotated[list[str] | None, typer.Option(help=f"arms to run, in order (default all: {', '.join(ARM_ORDER)})")] = None,
@@ -303,39 +347,9 @@ def main(
     write_bodies(test_examples(dataset, 5, examples), work / "bodies")
     log_dir = work / "logs"
 
-    arms: dict[str, dict] = {}
-    dropped: dict[str, str] = {}
-    for name in names:
-        a = ARMS[name]
-        versions = "this tree (.venv)"
-        if a.ensure is not None:
-            usable, note = a.ensure()
-            typer.echo(f"{name}: {note}", err=True)
-            if not usable:
-                dropped[name] = note
-                continue
-            versions = ", ".join(a.packages)
-        arms[name] = {"framework": a.framework, "versions": versions, "setting": a.sweep[0], "bodies": a.bodies}
-
-    sweep_runs: list[dict] = []
-    if sweep:
-        for name in list(arms):
-            a = ARMS[name]
-            if len(a.sweep) < 2:
-                continue
-            tried = []
-            for setting in a.sweep:
-                run = _measure(a, setting, bundle, path, work / "bodies" / f"{a.bodies}.jsonl", concurrency,
-                               sweep_warmup, sweep_duration, log_dir)
-                typer.echo(_line(f"sweep {name:9s} {_setting_text(setting):40s}", run), err=True)
-                tried.append(run)
-            sweep_runs += tried
-            best = pick_best(tried)
-            if best is None:
-                dropped[name] = "every sweep setting failed: " + tried[-1].get("error", "errors under load")[:300]
-                del arms[name]
-                continue
-            arms[name]["setting"] = best["setting"]
+    arms, dropped = _usable_arms(names)
+    sweep_runs = (_sweep_settings(arms, dropped, bundle, path, work, concurrency, sweep_warmup, sweep_duration, log_dir)
+                  if sweep else [])
 
     runs: list[dict] = []
     for round_ in range(rounds):
