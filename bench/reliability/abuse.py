@@ -30,11 +30,7 @@ def run_abuse(repository: Path, seconds: float = 60.0, settle_s: float = 10.0, u
     server = ServiceProcess(repository, work / "abuse.log", **settings)
     explain = http_request("POST", "/classify", explain_flood_body(classification.name),
                            {"content-type": "application/json"})
-    bad = [http_request("POST", f"/v2/models/{verification.name}{suffix}/infer", body,
-                        {"content-type": "application/json", "connection": "close", **headers})
-           for suffix, body, headers in v2_bad_bodies().values()]
-    bad.append(http_request("POST", f"/v2/models/{verification.name}/infer", huge_shape_body(),
-                            {"content-type": "application/json", "connection": "close"}))
+    bad = _bad_v2_requests(verification.name)
     rng = random.Random(0)
 
     async def go() -> dict:
@@ -69,16 +65,7 @@ def run_abuse(repository: Path, seconds: float = 60.0, settle_s: float = 10.0, u
 
         async def slow_loop(kind: int) -> None:
             while time.monotonic() < stop:
-                if kind % 3 == 0:  # headers, one byte a second
-                    outcome = await exchange(server.port, b"POST /classify HTTP/1.1\r\nhost: x\r\n", trickle=b"x",
-                                             every_s=1.0, hold_s=15.0)
-                elif kind % 3 == 1:  # a body over the limit, a byte every 2 s
-                    outcome = await exchange(server.port, http_request("POST", "/classify", headers={
-                        "content-length": "2000000"}), trickle=b"x", every_s=2.0, hold_s=15.0)
-                else:  # a body within the limit that never completes
-                    outcome = await exchange(server.port, http_request("POST", "/classify", headers={
-                        "content-type": "application/json", "content-length": "1000"}) + b'{"text": "',
-                                             trickle=b"a", every_s=1.0, hold_s=15.0)
+                outcome = await _slow_exchange(server.port, kind % 3)
                 count(f"slow_{('headers', 'body_413', 'body')[kind % 3]}", outcome["status"])
 
         normal: list[Outcome] = []
@@ -106,6 +93,37 @@ def run_abuse(repository: Path, seconds: float = 60.0, settle_s: float = 10.0, u
         baseline = server.rss_bytes()
         outcome = run_async(go())
         records = [r for r in server.log_records() if r.get("level") == "ERROR"]
+    return _abuse_report(outcome, records, baseline, seconds, unread, slow, mem_limit_mb)
+
+
+def _bad_v2_requests(model: str) -> list[bytes]:
+    """The raw /v2 infer requests the abuse run sends `model`: each bad body of v2_bad_bodies,
+    and one with a huge declared shape."""
+    bad = [http_request("POST", f"/v2/models/{model}{suffix}/infer", body,
+                        {"content-type": "application/json", "connection": "close", **headers})
+           for suffix, body, headers in v2_bad_bodies().values()]
+    bad.append(http_request("POST", f"/v2/models/{model}/infer", huge_shape_body(),
+                            {"content-type": "application/json", "connection": "close"}))
+    return bad
+
+
+async def _slow_exchange(port: int, kind: int) -> dict:
+    """One slow sender's exchange; `kind` 0: headers one byte a second, 1: a body over the limit
+    a byte every 2 s, 2: a body within the limit that never completes."""
+    if kind == 0:
+        return await exchange(port, b"POST /classify HTTP/1.1\r\nhost: x\r\n", trickle=b"x",
+                              every_s=1.0, hold_s=15.0)
+    if kind == 1:
+        return await exchange(port, http_request("POST", "/classify", headers={
+            "content-length": "2000000"}), trickle=b"x", every_s=2.0, hold_s=15.0)
+    return await exchange(port, http_request("POST", "/classify", headers={
+        "content-type": "application/json", "content-length": "1000"}) + b'{"text": "',
+                          trickle=b"a", every_s=1.0, hold_s=15.0)
+
+
+def _abuse_report(outcome: dict, records: list[dict], baseline: int, seconds: float, unread: int, slow: int,
+                  mem_limit_mb: float) -> dict:
+    """run_abuse's result from the clients' `outcome`, the server's ERROR log `records` and its idle RSS."""
     # 504s of the flood's own explanation requests, which wait out the deadline in a full
     # queue, are logged at ERROR as every 5xx is; anything else is a failure
     deadline = [r for r in records if r.get("code") == "deadline_exceeded"]

@@ -12,6 +12,43 @@ from bench.loadgen import run_async, status_counts
 from bench.reliability.workload import SCORE_TOLERANCE, WorkloadMaker, answers_of, difference, repository_models
 
 
+def _compare_to_solo(workload: list, outcomes: list, solo: dict) -> tuple[list[dict], float, int]:
+    """Each answer of the concurrent run against its input's `solo` answer: the mismatches, the
+    largest score difference among those within SCORE_TOLERANCE, and the requests that failed."""
+    mismatches, max_diff, failed = [], 0.0, 0
+    for i, (request, outcome) in enumerate(zip(workload, outcomes, strict=True)):
+        if outcome.status != 200:
+            failed += 1
+            continue
+        got = answers_of(outcome)
+        if len(got) != len(request.solo):
+            mismatches.append({"request": i, "why": f"{len(got)} answers for {len(request.solo)} inputs"})
+            continue
+        for k, (answer, body) in enumerate(zip(got, request.solo, strict=True)):
+            d = difference(answer, solo[body]) if isinstance(solo[body], (dict, list)) else None
+            if d is None or d > SCORE_TOLERANCE:
+                mismatches.append({"request": i, "input": k, "diff": d, "body": body[:200]})
+            else:
+                max_diff = max(max_diff, d)
+    return mismatches, max_diff, failed
+
+
+def _batches_of_one(samples: dict) -> float:
+    """Batches of exactly one item (the batch-size histogram's le=1 bucket) in scraped `samples`."""
+    return sum(v for (n, labels), v in samples.items()
+               if n == "attserve_batch_size_bucket" and dict(labels).get("le") == "1.0")
+
+
+def _per_model(samples: dict, name: str) -> dict[str, float]:
+    """Metric `name` of scraped `samples`, summed per model label."""
+    out: dict[str, float] = {}
+    for (n, labels), v in samples.items():
+        if n == name:
+            model = dict(labels).get("model", "")
+            out[model] = out.get(model, 0.0) + v
+    return out
+
+
 def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64, seed: int = 0,
                   workdir: Path = Path("runs/reliability"), max_batch_size: int = 32,
                   max_batch_delay_ms: float = 50.0, progress: bool = False) -> dict:
@@ -46,40 +83,13 @@ def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64,
                            == metric_sum(solo_metrics, "attserve_batch_size_count") > 0)
     solo = {s: o.body for s, o in zip(solo_bodies, reference, strict=True)}
     solo_failed = sum(o.status != 200 for o in reference)
-    mismatches, max_diff, failed = [], 0.0, 0
-    for i, (request, outcome) in enumerate(zip(workload, outcomes, strict=True)):
-        if outcome.status != 200:
-            failed += 1
-            continue
-        got = answers_of(outcome)
-        if len(got) != len(request.solo):
-            mismatches.append({"request": i, "why": f"{len(got)} answers for {len(request.solo)} inputs"})
-            continue
-        for k, (answer, body) in enumerate(zip(got, request.solo, strict=True)):
-            d = difference(answer, solo[body]) if isinstance(solo[body], (dict, list)) else None
-            if d is None or d > SCORE_TOLERANCE:
-                mismatches.append({"request": i, "input": k, "diff": d, "body": body[:200]})
-            else:
-                max_diff = max(max_diff, d)
-    def alone(samples: dict) -> float:  # batches of exactly one item (histogram bucket le=1)
-        return sum(v for (n, labels), v in samples.items()
-                   if n == "attserve_batch_size_bucket" and dict(labels).get("le") == "1.0")
-
+    mismatches, max_diff, failed = _compare_to_solo(workload, outcomes, solo)
     items = metric_sum(after, "attserve_batch_size_sum") - metric_sum(before, "attserve_batch_size_sum")
     batches = metric_sum(after, "attserve_batch_size_count") - metric_sum(before, "attserve_batch_size_count")
-
-    def per_model(samples: dict, name: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for (n, labels), v in samples.items():
-            if n == name:
-                model = dict(labels).get("model", "")
-                out[model] = out.get(model, 0.0) + v
-        return out
-
-    model_items = {m: v - per_model(before, "attserve_batch_size_sum").get(m, 0.0)
-                   for m, v in per_model(after, "attserve_batch_size_sum").items()}
-    model_batches = {m: v - per_model(before, "attserve_batch_size_count").get(m, 0.0)
-                     for m, v in per_model(after, "attserve_batch_size_count").items()}
+    model_items = {m: v - _per_model(before, "attserve_batch_size_sum").get(m, 0.0)
+                   for m, v in _per_model(after, "attserve_batch_size_sum").items()}
+    model_batches = {m: v - _per_model(before, "attserve_batch_size_count").get(m, 0.0)
+                     for m, v in _per_model(after, "attserve_batch_size_count").items()}
     result = {
         "scenario": "R1 isolation",
         "models": [m.name for m in models],
@@ -103,7 +113,7 @@ def run_isolation(repository: Path, requests: int = 1000, concurrency: int = 64,
                                       for a in solo.values() if isinstance(a, dict) and "scores" in a}),
         "mean_batch_size": round(items / batches, 3) if batches else 0.0,
         "mean_batch_size_per_model": {m: round(model_items[m] / n, 3) for m, n in sorted(model_batches.items()) if n},
-        "share_of_inputs_batched_with_others": round(1 - (alone(after) - alone(before)) / items, 3) if items else 0.0,
+        "share_of_inputs_batched_with_others": round(1 - (_batches_of_one(after) - _batches_of_one(before)) / items, 3) if items else 0.0,
         "exit_seconds": round(exit_s, 3),
     }
     result["passed"] = bool(not mismatches and not failed and not solo_failed and solo_batches_of_one

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -12,6 +13,34 @@ from bench import loadgen
 from bench.harness import RssSampler, ServiceProcess, metric_sum, scrape
 from bench.loadgen import Outcome, percentiles, run_async, status_counts, throughput
 from bench.reliability.workload import WorkloadMaker, answer_problem, answers_of, repository_models
+
+
+class SortedOutcomes(NamedTuple):
+    """An overload run's outcomes by what the server did with them."""
+    ok: list[Outcome]
+    full: list[Outcome]  # 429
+    late: list[Outcome]  # 504
+    other_5xx: list[Outcome]
+    transport: list[Outcome]  # no HTTP answer at all
+    incomplete: list[Outcome]  # 200 with an answer missing a part
+    bad_retry: list[Outcome]  # 429 without a Retry-After of 1 s or more
+    over_deadline: list[Outcome]  # 200 after the request timeout
+
+
+def _sorted_outcomes(outcomes: list[Outcome], timeout_s: float) -> SortedOutcomes:
+    ok, full, late = ([o for o in outcomes if o.status == code] for code in (200, 429, 504))
+    # The deadline runs from the request's arrival at the app: judge by the server's own
+    # x-total-time (the client's clock adds its own lag and socket queueing), with slack for
+    # writing the answer after the last batch.
+    slack_s = 0.1
+    return SortedOutcomes(
+        ok, full, late,
+        other_5xx=[o for o in outcomes if o.status >= 500 and o.status != 504],
+        transport=[o for o in outcomes if o.status == 0],
+        incomplete=[o for o in ok if any(answer_problem(a) for a in answers_of(o))],
+        bad_retry=[o for o in full if not (o.retry_after or "").isdigit() or int(o.retry_after) < 1],
+        over_deadline=[o for o in ok if o.server_s is not None and o.server_s > timeout_s + slack_s],
+    )
 
 
 def run_overload(repository: Path, factor: float = 4.0, seconds: float = 20.0, capacity_seconds: float = 5.0,
@@ -54,17 +83,7 @@ def run_overload(repository: Path, factor: float = 4.0, seconds: float = 20.0, c
         rss_after = server.rss_bytes()
         exit_s = server.terminate()
 
-    by = lambda code: [o for o in outcomes if o.status == code]  # noqa: E731
-    ok, full, late = by(200), by(429), by(504)
-    other_5xx = [o for o in outcomes if o.status >= 500 and o.status != 504]
-    transport = [o for o in outcomes if o.status == 0]
-    incomplete = [o for o in ok if any(answer_problem(a) for a in answers_of(o))]
-    bad_retry = [o for o in full if not (o.retry_after or "").isdigit() or int(o.retry_after) < 1]
-    # The deadline runs from the request's arrival at the app: judge by the server's own
-    # x-total-time (the client's clock adds its own lag and socket queueing), with slack for
-    # writing the answer after the last batch.
-    slack_s = 0.1
-    over_deadline = [o for o in ok if o.server_s is not None and o.server_s > timeout_s + slack_s]
+    ok, full, late, other_5xx, transport, incomplete, bad_retry, over_deadline = _sorted_outcomes(outcomes, timeout_s)
     result = {
         "scenario": "R2 overload",
         "model": target.name,

@@ -199,26 +199,8 @@ def run_probes(repository: Path, work: Path = Path("runs/reliability"), unread_c
             results[name] = {"status": outcome["status"], "seconds": outcome["seconds"],
                              "closed_after_s": outcome["closed_after_s"], "rss_growth_mb": round((peak - before) / MB, 1),
                              "error": outcome["body"][:160]}
-        # 2: clients that send the explanation request and never read: dropped at the write timeout
-        sockets_before, before = open_sockets(server.pid), server.rss_bytes()
-        request = http_request("POST", "/classify", explain_flood_body(classification.name), auth)
-        started = time.monotonic()
-        clients = [unread_connection(server.port, request) for _ in range(unread_clients)]
-        peak, dropped_after = before, None
-        while time.monotonic() - started < 60:
-            peak = max(peak, server.rss_bytes())
-            if open_sockets(server.pid) <= sockets_before:
-                dropped_after = time.monotonic() - started
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)
-        results[f"2 {unread_clients} clients never read their explanation"] = {
-            "status": None, "answer_bytes": len(httpx.post(server.base + "/classify", content=explain_flood_body(
-                classification.name), headers=auth, timeout=60).content),
-            "all_dropped_after_s": None if dropped_after is None else round(dropped_after, 1),
-            "rss_growth_mb": round((peak - before) / MB, 1), "rss_after_mb": round((server.rss_bytes() - before) / MB, 1)}
-        for sock in clients:
-            sock.close()
+        results[f"2 {unread_clients} clients never read their explanation"] = _unread_explanations_probe(
+            server, classification.name, auth, unread_clients)
         errors = [r for r in server.log_records() if r.get("level") == "ERROR"]
         rss_end = server.rss_bytes()
     # 5: external data in a bundle (a start-up check, not a request)
@@ -231,6 +213,31 @@ def run_probes(repository: Path, work: Path = Path("runs/reliability"), unread_c
               and results["5 weights in an external data file"]["refused"] is not False and not errors)
     return {"scenario": "probes", "baseline_rss_mb": round(baseline / MB, 1), "end_rss_mb": round(rss_end / MB, 1),
             "probes": results, "error_log_records": len(errors), "passed": passed}
+
+
+def _unread_explanations_probe(server: ServiceProcess, model: str, auth: dict[str, str], clients: int) -> dict:
+    """Probe 2: `clients` connections send an explanation request of `model` and never read; the
+    server must drop them all at its write timeout (within 60 s) without its RSS running away."""
+    sockets_before, before = open_sockets(server.pid), server.rss_bytes()
+    request = http_request("POST", "/classify", explain_flood_body(model), auth)
+    started = time.monotonic()
+    unread = [unread_connection(server.port, request) for _ in range(clients)]
+    peak, dropped_after = before, None
+    while time.monotonic() - started < 60:
+        peak = max(peak, server.rss_bytes())
+        if open_sockets(server.pid) <= sockets_before:
+            dropped_after = time.monotonic() - started
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    result = {
+        "status": None, "answer_bytes": len(httpx.post(server.base + "/classify", content=explain_flood_body(
+            model), headers=auth, timeout=60).content),
+        "all_dropped_after_s": None if dropped_after is None else round(dropped_after, 1),
+        "rss_growth_mb": round((peak - before) / MB, 1), "rss_after_mb": round((server.rss_bytes() - before) / MB, 1)}
+    for sock in unread:
+        sock.close()
+    return result
 
 
 def external_data_probe(repository: Path, work: Path) -> dict:

@@ -92,6 +92,13 @@ def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int =
         run_async(scenario())
     finally:
         server.__exit__()
+    return _shutdown_report(records, timeline, server.log_records(), concurrency, shutdown_timeout_s, max_batch_delay_ms)
+
+
+def _shutdown_report(records: list[tuple[str, Outcome]], timeline: dict[str, float], logs: list[dict], concurrency: int,
+                     shutdown_timeout_s: float, max_batch_delay_ms: float) -> dict:
+    """run_shutdown's result: the clients' (source, outcome) `records` before and after SIGTERM
+    against the server's log `logs`, and whether the shutdown passed."""
     sigterm = timeline["sigterm"]
     before = [o for _, o in records if o.sent < sigterm]
     after = [o for _, o in records if o.sent >= sigterm]
@@ -101,7 +108,6 @@ def run_shutdown(repository: Path, load_seconds: float = 2.0, concurrency: int =
             kinds[name][_kind(o)] = kinds[name].get(_kind(o), 0) + 1
     # The access log has one line per response the server started; the client must have
     # received every one of them, complete.
-    logs = server.log_records()
     sent_by_server: dict[str, int] = {}
     for r in logs:
         m = ACCESS_LINE.search(r.get("message", "")) if r.get("logger") == "uvicorn.access" else None
