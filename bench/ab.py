@@ -113,6 +113,39 @@ def _commit(root: Path) -> str:
     return head.stdout.strip() + ("+changes" if dirty.returncode == 1 else "")
 
 
+def _arm_envs(arm_env: list[str], labels: set[str]) -> dict[str, dict[str, str]]:
+    """--arm-env's LABEL=NAME=VALUE assignments: each arm's extra environment."""
+    extra: dict[str, dict[str, str]] = {}
+    for text in arm_env:
+        label, _, assignment = text.partition("=")
+        name, sep, value = assignment.partition("=")
+        if label not in labels or not sep or not name:
+            raise typer.BadParameter(f"--arm-env {text!r}: expected LABEL=NAME=VALUE with LABEL one of the arms")
+        extra.setdefault(label, {})[name] = value
+    return extra
+
+
+def _served_run(root: Path, bodies: str, app_name: str, model: str, env: dict[str, str], work: Path, path: str,
+                concurrency: int, warmup: int, duration: int) -> tuple[dict, float]:
+    """One closed-loop run against app `app_name` of the tree `root` (after `warmup` s of load):
+    wrk's figures and the server's CPU seconds during the measured run."""
+    spec = APPS[app_name](servers.free_port(), root / "model_repository", model,
+                          max_batch_size=Settings.model_fields["max_batch_size"].default,
+                          max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
+                          intra_op_threads=1)
+    spec.code_root = root
+    if not (root / "service" / "http" / "app.py").is_file():  # a tree from before service/ had layers
+        spec.argv = [a.replace("service.http.app:", "service.app:") for a in spec.argv]
+    spec.env.update(env)
+    body_file = Path(bodies) if bodies.endswith(".jsonl") else work / "bodies" / f"{bodies}.jsonl"
+    with servers.Server(spec, SERVER_CPU, work / "logs") as server:
+        per_request = BATCH_INPUTS if bodies == "batch" else 1
+        loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1", per_request)
+        cpu0 = cpu_seconds(server.process.pid)
+        run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1", per_request)
+        return run, cpu_seconds(server.process.pid) - cpu0
+
+
 @app.command()
 def main(
     arm: Annotated[list[str], typer.Option(help="LABEL=SOURCE_TREE:single|explain|batch[:service|minus-model|http-floor|naive-ort], in order; "
@@ -130,13 +163,7 @@ def main(
                                                            "for one arm's server, repeatable")] = None,
 ) -> None:
     arms = [_arm(a) for a in arm]
-    extra: dict[str, dict[str, str]] = {}
-    for text in arm_env or []:
-        label, _, assignment = text.partition("=")
-        name, sep, value = assignment.partition("=")
-        if label not in {a[0] for a in arms} or not sep or not name:
-            raise typer.BadParameter(f"--arm-env {text!r}: expected LABEL=NAME=VALUE with LABEL one of the arms")
-        extra.setdefault(label, {})[name] = value
+    extra = _arm_envs(arm_env or [], {a[0] for a in arms})
     work = Path(tempfile.mkdtemp(prefix="bench-ab-"))
     write_bodies(test_examples(dataset, 5, examples), work / "bodies")
     path = ENDPOINT_OF_TASK[task]
@@ -152,21 +179,8 @@ def main(
                            f"{run['latency_ms']['p50']:.2f} ms a request  cpu {run['cpu_us_per_item']} us/item  "
                            f"load {run['load_1m']}", err=True)
                 continue
-            spec = APPS[app_name](servers.free_port(), root / "model_repository", model,
-                                        max_batch_size=Settings.model_fields["max_batch_size"].default,
-                                        max_batch_delay_ms=Settings.model_fields["max_batch_delay_ms"].default,
-                                        intra_op_threads=1)
-            spec.code_root = root
-            if not (root / "service" / "http" / "app.py").is_file():  # a tree from before service/ had layers
-                spec.argv = [a.replace("service.http.app:", "service.app:") for a in spec.argv]
-            spec.env.update(extra.get(label, {}))
-            body_file = Path(bodies) if bodies.endswith(".jsonl") else work / "bodies" / f"{bodies}.jsonl"
-            with servers.Server(spec, SERVER_CPU, work / "logs") as server:
-                per_request = BATCH_INPUTS if bodies == "batch" else 1
-                loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, "1", per_request)
-                cpu0 = cpu_seconds(server.process.pid)
-                run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, "1", per_request)
-                cpu = cpu_seconds(server.process.pid) - cpu0
+            run, cpu = _served_run(root, bodies, app_name, model, extra.get(label, {}), work, path, concurrency,
+                                   warmup, duration)
             run.update(arm=label, round=round_, load_1m=round(os.getloadavg()[0], 2))
             # the server's own CPU time per item answered: on a core shared with other work, a
             # steadier figure than items/s (which counts the time the others took too)
