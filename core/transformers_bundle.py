@@ -122,6 +122,8 @@ class TemplateEncoder:
         self.tokenizer = tokenizer
         self.template = PairTemplate.of(tokenizer)
         self.unk_id = _unknown_id(tokenizer)
+        # budget -> a copy of the tokenizer that truncates longest-first to it (`_encode`)
+        self._cutters: dict[int, Tokenizer] = {}
         self._check_template()
 
     def _check_template(self) -> None:
@@ -199,8 +201,11 @@ class TemplateEncoder:
         long = [i for i, e in enumerate(whole) if len(e.ids) > budget]
         kept = list(whole)
         if long:
-            cutter = Tokenizer.from_str(self.tokenizer.to_str())
-            cutter.enable_truncation(budget, strategy="longest_first")
+            cutter = self._cutters.get(budget)
+            if cutter is None:  # made once per budget: a large vocabulary's copy costs milliseconds
+                cutter = Tokenizer.from_str(self.tokenizer.to_str())
+                cutter.enable_truncation(budget, strategy="longest_first")
+                self._cutters[budget] = cutter
             for i, e in zip(long, cutter.encode_batch([texts[i] for i in long], add_special_tokens=False), strict=True):
                 kept[i] = e
         return whole, kept
