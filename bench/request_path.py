@@ -54,7 +54,7 @@ LAYERS = (
     ("json encode/decode (stdlib)", ("json/",)),
     ("our entry point + hot path (service/http/entry.py)", ("service/http/entry.py",)),
     ("our routes (service/http/routes.py, tasks, schemas, errors)", ("service/http/routes.py", "service/inference/tasks.py",
-                                                                 "service/http/schemas.py", "service/errors.py",
+                                                                 "service/http/schemas.py", "service/http/errors.py",
                                                                  "service/http/oip.py", "service/http/auth.py")),
     ("tokenizing (core/tokenization.py, tokenizers)", ("core/tokenization.py", "tokenizers")),
     ("engine submit + futures (service/inference/engine.py, batcher.py)", ("service/inference/engine.py", "service/inference/batcher.py")),

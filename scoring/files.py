@@ -49,7 +49,7 @@ from types import SimpleNamespace
 from typing import Any, BinaryIO, Iterable, Iterator, Literal, Sequence
 
 from core.tasks import TASKS, Task
-from service.errors import InvalidInput, ServiceError
+from service.inference.errors import InvalidInput, ServiceError
 from service.settings import Settings
 from service.inference.tasks import check_texts
 

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from service.http.auth import ApiKeyMiddleware, HostAllowListMiddleware
 from service.http.cache import ResponseCache
 from service.http.entry import BodyLimitMiddleware, ServiceEntry
-from service.errors import install_error_handlers
+from service.http.errors import install_error_handlers
 from service.metrics import sample_worker_process, watch_event_loop
 from service.inference.model_control import ModelControl
 from service.http.oip import router as oip_router
@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Entailment, claim verification and text classification with attentive-convolution networks.",
         lifespan=lifespan,
         # Starlette's slash redirect builds its Location from the Host header; the 404 handler
-        # redirects with a relative one instead (service.errors.slash_twin)
+        # redirects with a relative one instead (service.http.errors.slash_twin)
         redirect_slashes=False,
         # Swagger UI and ReDoc load their scripts from a CDN: blank pages on an air-gapped host,
         # and third-party code on our origin. Off unless ATTSERVE_DOCS=true.

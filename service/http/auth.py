@@ -22,7 +22,8 @@ import re
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import error_response, excerpt
+from service.http.errors import error_response
+from service.inference.errors import excerpt
 from service.settings import Settings
 
 # what a load balancer or an orchestrator probes: never behind a key

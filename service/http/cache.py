@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.tasks import TASK_OF_LABEL
 from service import tracing
-from service.errors import ServiceError
+from service.inference.errors import ServiceError
 from service.http.auth import TENANT
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.tasks import TASKS
 from service.http.auth import ApiKeyMiddleware, HostAllowListMiddleware
-from service.errors import ServiceError, error_response, service_error_response, set_by, validation_error_response
+from service.http.errors import error_response, service_error_response, validation_error_response
+from service.inference.errors import ServiceError, set_by
 from service.inference.registry import Service
 from service.http import tokenize as tokenize_endpoint
 from service.http import zero_shot

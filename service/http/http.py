@@ -51,7 +51,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.errors import set_by
+from service.inference.errors import set_by
 from service.settings import Settings
 
 log = logging.getLogger("service.http.http")

@@ -20,7 +20,7 @@ ways (what `tritonclient` sends and asks for by default): an input with
 `parameters.binary_data_size` is read from the bytes after the JSON header
 (`Inference-Header-Content-Length`), BYTES elements as 4-byte little-endian length + bytes;
 outputs are binary when the request sets `parameters.binary_data_output` or an output's
-`parameters.binary_data`. Errors are `{"error": "..."}` (service.errors) with the task
+`parameters.binary_data`. Errors are `{"error": "..."}` (service.http.errors) with the task
 API's status codes; a readiness answer of false is 400, as the protocol says (4xx = false).
 
 A request is bounded before anything is built from it: the body is parsed by
@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from core.tasks import TASKS
 from service.inference.engine import Engine
 from service.http.entry import OFFLOAD_BODY_BYTES
-from service.errors import InvalidInput, ServiceError, UnsupportedMediaType, excerpt
+from service.inference.errors import BadRequest, InvalidInput, ModelNotFound, UnsupportedMediaType, excerpt
 from service.inference.registry import ModelEntry, Service, version_order
 from service.http.routes import run_inputs
 
@@ -57,14 +57,6 @@ router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 SERVER_NAME = "attserve"
 EXTENSIONS = ["binary_tensor_data"]
 HEADER_LENGTH = "inference-header-content-length"
-
-
-class ModelNotFound(ServiceError):
-    status, code = 404, "model_not_found"
-
-
-class BadInferRequest(ServiceError):
-    status, code = 400, "invalid_request"
 
 
 class _Tensor(BaseModel):
@@ -337,7 +329,7 @@ def _parse(raw: bytes, header_length: str | None) -> tuple[_InferRequest, bytes]
         except ValueError:
             size = -1
         if not 0 < size <= len(raw):
-            raise BadInferRequest(f"{HEADER_LENGTH} {excerpt(header_length, 20)} is not a length within the body ({len(raw)} bytes)")
+            raise BadRequest(f"{HEADER_LENGTH} {excerpt(header_length, 20)} is not a length within the body ({len(raw)} bytes)")
         head, binary = raw[:size], raw[size:]
     else:
         head, binary = raw, b""
@@ -348,9 +340,9 @@ def _parse(raw: bytes, header_length: str | None) -> tuple[_InferRequest, bytes]
     except ValidationError as exc:
         err = exc.errors(include_input=False, include_url=False)[0]
         if err["type"] == "json_invalid":
-            raise BadInferRequest(f"the inference request is not valid JSON ({err['msg']})") from None
+            raise BadRequest(f"the inference request is not valid JSON ({err['msg']})") from None
         where = excerpt(".".join(str(p) for p in err.get("loc", ())) or "request")
-        raise BadInferRequest(f"{where}: {err['msg']} ({exc.error_count()} problem(s))") from None
+        raise BadRequest(f"{where}: {err['msg']} ({exc.error_count()} problem(s))") from None
 
 
 def _flatten(data: Any) -> list:
@@ -369,25 +361,25 @@ def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int, count: int) -> 
     if size is not None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
             # the value is not quoted: it may be any JSON (an integer of 4,000 digits)
-            raise BadInferRequest(f"input {tensor.name!r}: binary_data_size is not a length within the body's "
+            raise BadRequest(f"input {tensor.name!r}: binary_data_size is not a length within the body's "
                                   f"binary part ({len(binary) - offset} bytes left)")
         chunk, at, values = binary[offset : offset + size], 0, []
         while at < len(chunk) and len(values) <= count:
             if at + 4 > len(chunk):
-                raise BadInferRequest(f"input {tensor.name!r}: truncated BYTES element length")
+                raise BadRequest(f"input {tensor.name!r}: truncated BYTES element length")
             (length,) = struct.unpack_from("<I", chunk, at)
             at += 4
             if at + length > len(chunk):
-                raise BadInferRequest(f"input {tensor.name!r}: a BYTES element runs past its data")
+                raise BadRequest(f"input {tensor.name!r}: a BYTES element runs past its data")
             values.append(chunk[at : at + length])
             at += length
         if len(values) > count:
-            raise BadInferRequest(f"input {tensor.name!r}: the binary data holds more than the {count} elements "
+            raise BadRequest(f"input {tensor.name!r}: the binary data holds more than the {count} elements "
                                   f"of shape {tensor.shape}")
         offset += size
     else:
         if tensor.data is None:
-            raise BadInferRequest(f"input {tensor.name!r}: no data and no binary_data_size")
+            raise BadRequest(f"input {tensor.name!r}: no data and no binary_data_size")
         values = _flatten(tensor.data)
     texts = []
     for value in values:
@@ -395,9 +387,9 @@ def _bytes_elements(tensor: _Tensor, binary: bytes, offset: int, count: int) -> 
             try:
                 value = bytes(value).decode("utf-8")
             except UnicodeDecodeError:
-                raise BadInferRequest(f"input {tensor.name!r}: an element is not UTF-8 text") from None
+                raise BadRequest(f"input {tensor.name!r}: an element is not UTF-8 text") from None
         if not isinstance(value, str):
-            raise BadInferRequest(f"input {tensor.name!r}: BYTES elements must be strings, got {type(value).__name__}")
+            raise BadRequest(f"input {tensor.name!r}: BYTES elements must be strings, got {type(value).__name__}")
         texts.append(value)
     return texts, offset
 
@@ -406,16 +398,16 @@ def _declared(tensor: _Tensor, listed: str | None) -> tuple[int, int]:
     """A tensor's rows and list width k from its declared shape (k: 1 for a field that is not
     the task's list field `listed`), checked for form before anything is built from them."""
     if tensor.datatype != "BYTES":
-        raise BadInferRequest(f"input {tensor.name!r}: datatype {excerpt(tensor.datatype, 16)}; text inputs are BYTES")
+        raise BadRequest(f"input {tensor.name!r}: datatype {excerpt(tensor.datatype, 16)}; text inputs are BYTES")
     shape = tensor.shape
     if tensor.name == listed:
         k = shape[1] if len(shape) == 2 else 1
         if k < 1:
-            raise BadInferRequest(f"input {tensor.name!r}: shape {shape}; each input needs at least one "
+            raise BadRequest(f"input {tensor.name!r}: shape {shape}; each input needs at least one "
                                   f"{tensor.name} text (k >= 1)")
         return shape[0], k
     if len(shape) == 2 and shape[1] != 1:
-        raise BadInferRequest(f"input {tensor.name!r}: shape {shape}; use [n] or [n, 1]")
+        raise BadRequest(f"input {tensor.name!r}: shape {shape}; use [n] or [n, 1]")
     return shape[0], 1
 
 
@@ -430,14 +422,14 @@ def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tu
     names = [t.name for t in req.inputs]
     if sorted(names) != sorted(fields):
         shown = ", ".join(excerpt(name) for name in names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
-        raise BadInferRequest(f"inputs [{shown}]: a {task} model takes exactly {list(fields)} (BYTES)")
+        raise BadRequest(f"inputs [{shown}]: a {task} model takes exactly {list(fields)} (BYTES)")
     declared = {t.name: _declared(t, listed) for t in req.inputs}
     rows = {name: n for name, (n, _) in declared.items()}
     if len(set(rows.values())) != 1:
-        raise BadInferRequest(f"inputs disagree on the batch size (the first dimension of their shape): {rows}")
+        raise BadRequest(f"inputs disagree on the batch size (the first dimension of their shape): {rows}")
     n = rows[fields[0]]
     if n < 1:
-        raise BadInferRequest("the batch is empty")
+        raise BadRequest("the batch is empty")
     k = declared[listed][1] if listed is not None else 0
     engine.check_sizes(n, [(f"input '{listed}' (shape [n, k])", k)] if listed is not None else ())
     columns: dict[str, list] = {}
@@ -446,7 +438,7 @@ def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tu
         count = math.prod(tensor.shape)
         values, offset = _bytes_elements(tensor, binary, offset, count)
         if len(values) != count:
-            raise BadInferRequest(f"input {tensor.name!r}: shape {tensor.shape} holds {count} elements, "
+            raise BadRequest(f"input {tensor.name!r}: shape {tensor.shape} holds {count} elements, "
                                   f"the data {len(values)}")
         if tensor.name == listed:
             # padding ("") only after the texts of a row
@@ -455,7 +447,7 @@ def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tu
                 row = values[i * k : (i + 1) * k]
                 texts = [s for s in row if s != ""]
                 if row[: len(texts)] != texts:
-                    raise BadInferRequest(f"input {listed!r} row {i}: empty strings pad the end of a row only")
+                    raise BadRequest(f"input {listed!r} row {i}: empty strings pad the end of a row only")
                 if not texts:
                     raise InvalidInput(f"{listed} row {i}: no {listed} text")
                 cleaned.append(texts)
@@ -463,7 +455,7 @@ def _columns(req: _InferRequest, binary: bytes, task: str, engine: Engine) -> tu
         else:
             columns[tensor.name] = values
     if len(binary) != offset:
-        raise BadInferRequest(f"{len(binary) - offset} bytes after the JSON header belong to no input")
+        raise BadRequest(f"{len(binary) - offset} bytes after the JSON header belong to no input")
     return columns, n, k
 
 
@@ -488,7 +480,7 @@ def _respond(entry: ModelEntry, req: _InferRequest, results: list[dict], k: int,
         wanted = []
         for out in req.outputs:
             if out.name not in available:
-                raise BadInferRequest(f"output {excerpt(out.name)}: model {entry.name!r} has {available}")
+                raise BadRequest(f"output {excerpt(out.name)}: model {entry.name!r} has {available}")
             wanted.append((out.name, bool(out.parameters.get("binary_data", binary_default))))
     n = len(results)
     tensors: dict[str, tuple[str, list[int], Any]] = {

@@ -18,7 +18,7 @@ against it; a load request that carries a config or files (Triton's override) is
 bundle already in the repository folder is ever loaded. With control keys set
 (`ATTSERVE_CONTROL_API_KEYS`), every route here needs one of them (`Authorization: Bearer`),
 not a key of the task API; the key is checked before the body is read. Errors are the protocol's
-`{"error": "..."}` with the service's stable `code` beside it (service.errors.error_response); a
+`{"error": "..."}` with the service's stable `code` beside it (service.http.errors.error_response); a
 body with a field these routes do not take, or of the wrong type, is a 400 that says what to send.
 """
 
@@ -32,23 +32,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
-from service.errors import ServiceError, json_path
+from service.http.errors import json_path
+from service.inference.errors import BadRequest, NotInThisMode, Unauthorized
 from service.inference.model_control import CanaryShare, ModelControl
 
 router = APIRouter(prefix="/v2/repository", tags=["model repository"])
-
-
-class Unauthorized(ServiceError):
-    status, code = 401, "unauthorized"
-
-
-class NotInThisMode(ServiceError):
-    status, code = 400, "model_control_mode"
-
-
-class BadControlRequest(ServiceError):
-    # the protocol answers a request it refuses 400
-    status, code = 400, "invalid_request"
 
 
 class RepositoryModel(BaseModel):
@@ -106,7 +94,7 @@ Body = TypeVar("Body", bound=BaseModel)
 
 
 async def _body(request: Request, model: type[Body]) -> Body:
-    """The request's JSON body as `model` (an empty body: its defaults); BadControlRequest,
+    """The request's JSON body as `model` (an empty body: its defaults); BadRequest,
     naming the field and what to send, for anything else."""
     raw = await request.body()
     try:
@@ -116,7 +104,7 @@ async def _body(request: Request, model: type[Body]) -> Body:
         where = json_path(tuple(err.get("loc", ()))) or "body"
         problem = "not valid JSON" if err["type"] == "json_invalid" else \
             "unknown field" if err["type"] == "extra_forbidden" else err["msg"].replace("Input should be", "expected")
-        raise BadControlRequest(f"{where}: {problem}; send {BODY_HINTS[model]}") from None
+        raise BadRequest(f"{where}: {problem}; send {BODY_HINTS[model]}") from None
 
 
 def _control(request: Request) -> ModelControl:
@@ -171,7 +159,7 @@ async def unload_model(request: Request, name: str) -> JSONResponse:
     body = await _body(request, UnloadBody)
     versions = {v for v in (body.version, body.parameters.version) if v is not None}
     if len(versions) > 1:
-        raise BadControlRequest(f"version {body.version!r} and parameters.version {body.parameters.version!r} "
+        raise BadRequest(f"version {body.version!r} and parameters.version {body.parameters.version!r} "
                                 "disagree; send one of them")
     await control.unload(name, versions.pop() if versions else None, force=body.force or body.parameters.force)
     return JSONResponse({})

@@ -28,7 +28,8 @@ from service import tracing
 from service.http.answer_size import explanation_floor
 from service.http.auth import TENANT
 from service.http.cache import CACHE_HEADER, RESOLVED
-from service.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, endpoints, set_by
+from service.http.errors import endpoints
+from service.inference.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, set_by
 from service.metrics import render as render_metrics
 from service.inference.registry import ModelEntry, Service
 from service.http.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
@@ -264,7 +265,7 @@ def _route_summary(app: Any, line: str) -> str:
 @router.get("/", include_in_schema=False)
 async def index(request: Request) -> Any:
     """A short index of the service: what it is and where to go. The endpoints are the app's own
-    routes, as a 404 lists them (service.errors.endpoints), so a new route cannot be left out."""
+    routes, as a 404 lists them (service.http.errors.endpoints), so a new route cannot be left out."""
     app = request.app
     return {
         "name": app.title,

@@ -19,7 +19,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
 
 import core.tasks
 from core.tasks import TASKS, Task
-from service.errors import EndpointBody, close_field, register_body
+from service.http.errors import EndpointBody, close_field, register_body
 
 
 def _valid_text(text: str) -> str:

@@ -43,7 +43,7 @@ from core.encoding import encode_fields
 from core.tasks import TASKS, Task
 from core.tokenization import TextEncoder
 from service import tracing
-from service.errors import AnswerTooLarge, InvalidInput, UnknownModel, excerpt, set_by
+from service.inference.errors import AnswerTooLarge, InvalidInput, UnknownModel, excerpt, set_by
 from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header
 from service.inference.runtime import ModelRuntime
 from service.http.schemas import TASK_SCHEMAS, ErrorBody

@@ -42,8 +42,8 @@ from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, BaseModel, Discriminator, Field, StrictBool, Tag
 
 from core.tasks import entailment
-from service.errors import (EndpointBody, InvalidInput, TooManyInputs, WrongTask, excerpt, generic_input,
-                            register_body)
+from service.http.errors import EndpointBody, generic_input, register_body
+from service.inference.errors import InvalidInput, TooManyInputs, WrongTask, excerpt
 from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
 from service.http.schemas import ErrorBody, ModelName, Text, Truncate, _Body, _form
 

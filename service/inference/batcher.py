@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from service import tracing
-from service.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown, set_by
+from service.inference.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, ShuttingDown, set_by
 from service.metrics import Metrics
 from service.inference.runtime import BatchOutput, Item, ModelRuntime, padded_shape
 from service.settings import Settings

@@ -7,7 +7,7 @@ runtime, its queue (service.inference.batcher) and the task adapter (service.inf
     answers.results[i]  # {"label", "scores", "model", "truncated", "unknown_token_share"[, "evidence_scores"][, "explanation"]}
 
 An input is any object with the task's fields as attributes (service.inference.tasks). `submit` checks
-the model's limits and the texts (4xx errors from service.errors, before any tokenizing),
+the model's limits and the texts (4xx errors from service.inference.errors, before any tokenizing),
 queues the inputs in arrival order, waits for their own rows of the batches they ran in, and
 renders the answers. The HTTP routes (task API and Open Inference Protocol) only parse, call
 the engine and return; the bench's in-process baseline (bench.engine) and the tests drive the
@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from core.tasks import TASKS
 from service.inference.batcher import Batcher, Done
-from service.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs, set_by
+from service.inference.errors import ClientClosed, DeadlineExceeded, TooManyEvidence, TooManyInputs, set_by
 from service.metrics import Metrics
 from service.inference.runtime import ModelRuntime
 from service.settings import Settings

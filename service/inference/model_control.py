@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter, Valid
 
 from core.tasks import TASKS
 from core.bundle import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
-from service.errors import ServiceError, excerpt
+from service.inference.errors import ChangeNotApplied, LoadFailed, ModelNotFound, ServiceError, WouldRemoveDefault, excerpt
 from service.inference.registry import BundleOnDisk, ModelEntry, Service, bundles_on_disk, public_message, version_order
 from service.worker_group import WorkerGroup
 
@@ -48,25 +48,6 @@ MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # for every worker to apply its change
 LOG_POLL_S = 0.2
 WORKERS_WAIT_S = 300.0
-
-
-class ModelNotInRepository(ServiceError):
-    status, code = 404, "model_not_found"
-
-
-class LoadFailed(ServiceError):
-    # Triton answers a failed load 400
-    status, code = 400, "load_failed"
-
-
-class WouldRemoveDefault(ServiceError):
-    # the request is well formed but would take a task's default away: said, not done
-    status, code = 409, "would_remove_default"
-
-
-class ChangeNotApplied(ServiceError):
-    # the change is in the workers' log, but not every live worker applied it in time
-    status, code = 504, "change_not_applied"
 
 
 # --- changes, as the workers' log holds them (and the repository API takes their parts) --------
@@ -173,7 +154,7 @@ class ModelControl:
         With `canary`, that version takes that share from its first request (0: staged, no traffic)."""
         self._check_name(name)
         if canary is not None and canary.version not in {b.version for b in self.on_disk(name)}:
-            raise ModelNotInRepository(f"model {name!r} has no version {excerpt(str(canary.version))} in the "
+            raise ModelNotFound(f"model {name!r} has no version {excerpt(str(canary.version))} in the "
                                        "repository to load as a canary")
         await self._change(LoadChange(action="load", name=name, canary=canary))
 
@@ -184,9 +165,9 @@ class ModelControl:
         self._check_name(name)
         versions = self.service.versions.get(name)
         if not versions:
-            raise ModelNotInRepository(f"model {name!r} is not loaded")
+            raise ModelNotFound(f"model {name!r} is not loaded")
         if version is not None and version not in versions:
-            raise ModelNotInRepository(f"model {name!r} has no version {excerpt(version)} loaded; its versions: "
+            raise ModelNotFound(f"model {name!r} has no version {excerpt(version)} loaded; its versions: "
                                        f"{sorted(versions, key=version_order)}")
         if not force:
             self._refuse_removing_default(name, version)
@@ -214,12 +195,12 @@ class ModelControl:
         staged, none; version None: no canary, the newest ready version takes them all)."""
         self._check_name(name)
         if version is not None and version not in self.service.versions.get(name, {}):
-            raise ModelNotInRepository(f"model {name!r} has no version {excerpt(version)} loaded")
+            raise ModelNotFound(f"model {name!r} has no version {excerpt(version)} loaded")
         await self._change(CanaryChange(action="canary", name=name, version=version, share=share))
 
     def _check_name(self, name: str) -> None:
         if not MODEL_NAME.fullmatch(name):
-            raise ModelNotInRepository(f"{excerpt(name)} is not a model name (a bundle's name: a-z, 0-9, '.', '_', "
+            raise ModelNotFound(f"{excerpt(name)} is not a model name (a bundle's name: a-z, 0-9, '.', '_', "
                                        "'-'; no path)")
 
     async def _change(self, change: LoadChange | UnloadChange | CanaryChange) -> None:
@@ -266,7 +247,7 @@ class ModelControl:
         else:
             bundles = self.on_disk(name)
             if not bundles:
-                raise ModelNotInRepository(f"no bundle of model {name!r} in the repository "
+                raise ModelNotFound(f"no bundle of model {name!r} in the repository "
                                            f"({', '.join(r.resolve().name for r in self.service.repositories)}; ATTSERVE_MODEL_REPOSITORY)")
             before = self.service.canary.get(name)
             if change.canary is not None:  # before any new version is published

@@ -32,7 +32,7 @@ from typing import Callable
 from core.bundle import CONFIG_FILE, MAX_CONFIG_BYTES, BundleConfig, BundleError, read_config
 from core.tasks import TASKS
 from service.inference.engine import Engine, warm_up
-from service.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, excerpt
+from service.inference.errors import NoModelForTask, NotReady, UnknownModel, WrongTask, excerpt
 from service.metrics import Metrics
 from service.inference.runtime import DeviceUnavailable, ModelRuntime, load_runtime, requested_providers
 from service.settings import Settings, available_cpus

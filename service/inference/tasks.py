@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from core.encoding import encode_fields
 from core.tasks import TASKS, Task
 from core.tokenization import TextTooLong, ascii_texts_pass, check_text
-from service.errors import InvalidInput, set_by
+from service.inference.errors import InvalidInput, set_by
 from service.inference.runtime import Item, ModelRuntime
 
 

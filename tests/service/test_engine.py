@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.bundles import running_app
-from service.errors import ClientClosed, DeadlineExceeded, InvalidInput, QueueFull, TooManyEvidence, TooManyInputs
+from service.inference.errors import ClientClosed, DeadlineExceeded, InvalidInput, QueueFull, TooManyEvidence, TooManyInputs
 from service.metrics import Metrics
 from service.inference.runtime import CPU, ModelRuntime
 from service.settings import Settings

@@ -154,7 +154,7 @@ def test_every_limit_error_names_the_setting_that_raises_it(service_bundles):
 
 
 def test_the_limit_clause_names_real_settings():
-    from service.errors import set_by, setting_env
+    from service.inference.errors import set_by, setting_env
 
     assert set_by("max_body_bytes") == "(limit set by ATTSERVE_MAX_BODY_BYTES)"
     assert setting_env("request_timeout_ms") == "ATTSERVE_REQUEST_TIMEOUT_MS"
@@ -164,11 +164,11 @@ def test_the_limit_clause_names_real_settings():
 
 def test_each_endpoints_errors_name_the_fields_it_takes(service_bundles):
     """The examples and did-you-mean candidates come from the task registry and the bodies the
-    endpoints validate (service.errors.ENDPOINT_BODIES): every task's 422 example is its
+    endpoints validate (service.http.errors.ENDPOINT_BODIES): every task's 422 example is its
     registry example (Task.example), its fields its registry fields and its schema's;
     /rerank's 422 offers TEI's fields, not `inputs`."""
     from core.tasks import TASKS
-    from service.errors import ENDPOINT_BODIES, generic_input
+    from service.http.errors import ENDPOINT_BODIES, generic_input
     from service.http.schemas import TASK_SCHEMAS
 
     assert [path for path in ENDPOINT_BODIES if path in {t.endpoint for t in TASKS.values()}] == \

@@ -276,7 +276,7 @@ def test_unexpected_exception_is_a_json_500_and_the_server_goes_on(service_bundl
                 raise RuntimeError("bug in a handler")
 
             app.add_api_route("/broken", broken)
-            with caplog.at_level(logging.ERROR, logger="service.errors"):
+            with caplog.at_level(logging.ERROR, logger="service.http.errors"):
                 assert_error(await client.get("/broken"), 500, "internal_error")
             assert any("unexpected error" in r.getMessage() and r.exc_info for r in caplog.records)
             assert (await client.post("/classify", json={"text": "still serving"})).status_code == 200

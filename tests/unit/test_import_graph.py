@@ -5,6 +5,8 @@ usually hides ("import it lazily"). Reads the source with `ast`; imports nothing
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,6 +116,43 @@ def test_the_core_points_nowhere_and_imports_nothing_heavy():
                              "fastapi", "starlette", "uvicorn"}), roots
 
 
+WEB_FRAMEWORKS = {"fastapi", "starlette"}
+
+
+@pytest.mark.parametrize("package", ["core", "service/inference", "scoring"])
+def test_no_web_framework_below_the_http_layer(package):
+    """The inference layer, the core and `attserve score` import neither FastAPI nor Starlette:
+    their errors are plain exceptions (service.inference.errors), rendered by service.http.errors."""
+    assert imported_roots(package).isdisjoint(WEB_FRAMEWORKS), imported_roots(package) & WEB_FRAMEWORKS
+
+
+# imports every module of each package (what `attserve score` and a worker's inference layer load),
+# then names the web frameworks that came along
+LOADED_FRAMEWORKS = """
+import importlib, pkgutil, sys
+for name in sys.argv[1:]:
+    package = importlib.import_module(name)
+    for module in pkgutil.walk_packages(package.__path__, name + "."):
+        importlib.import_module(module.name)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("fastapi", "starlette")))
+"""
+
+
+@pytest.mark.parametrize("package", ["core", "service.inference", "scoring"])
+def test_importing_below_the_http_layer_loads_no_web_framework(package):
+    """The same, as the interpreter sees it: a module's import can pull FastAPI in through
+    another package (service.errors did, for every inference module and scoring.files)."""
+    done = subprocess.run([sys.executable, "-c", LOADED_FRAMEWORKS, package], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_framework_check_sees_fastapi():
+    done = subprocess.run([sys.executable, "-c", LOADED_FRAMEWORKS, "service.http"], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert "'fastapi'" in done.stdout and "'starlette'" in done.stdout
+
+
 def test_the_service_imports_neither_torch_nor_the_training_side():
     roots = imported_roots("service")
     assert roots.isdisjoint({"torch", "models", "training", "export", "scoring"}), roots
@@ -159,7 +198,7 @@ def test_one_free_port():
 # it, then the processes over both. `python -m service` (service.__main__) is the entry point:
 # it starts the process layer.
 SERVICE_LAYERS = ("service.inference", "service.http", "service.process")
-SERVICE_SHARED = {"service", "service.settings", "service.metrics", "service.errors", "service.logs",
+SERVICE_SHARED = {"service", "service.settings", "service.metrics", "service.logs",
                   "service.tracing", "service.worker_group"}
 
 
@@ -192,4 +231,4 @@ def test_the_service_layers_import_one_way(layer, forbidden):
 def test_the_layer_check_sees_a_crossing():
     assert layer_of("service.inference.engine") == "service.inference"
     assert layer_of("service.http") == "service.http" and layer_of("service.httpx") == "shared"
-    assert layer_of("service.errors") == "shared"
+    assert layer_of("service.settings") == "shared"

@@ -1,9 +1,10 @@
-"""The service's errors and the one JSON error body: `{"error": {"code", "message"}}`.
+"""The one JSON error body: `{"error": {"code", "message"}}`, and what the HTTP layer says in it.
 
 Every non-2xx answer (our own, FastAPI's validation errors, Starlette's 404/405, unexpected
 exceptions) goes through `error_response`, so clients parse one shape; a 404 adds the list of
 `endpoints`, a 405 the `allowed_methods`. A limit's error names the setting that raises it
-(`set_by`). docs/errors.md documents them all.
+(`set_by`). docs/errors.md documents them all. The errors themselves (ServiceError and its
+kinds, `set_by`, `excerpt`) live in service.inference.errors, which imports no web framework.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from core.tasks import TASKS, Task
-from service.settings import Settings, env_var
+from service.inference.errors import ServiceError, UnsupportedMediaType, unquoted_excerpt
 
-log = logging.getLogger("service.errors")
+log = logging.getLogger("service.http.errors")
 
 
 def _squash(name: str) -> str:
@@ -47,108 +48,6 @@ def close_field(name: str, known: tuple[str, ...]) -> str | None:
         return squashed[_squash(name)]
     match = difflib.get_close_matches(_squash(name), list(squashed), n=1, cutoff=0.75)
     return squashed[match[0]] if match else None
-
-
-class ServiceError(Exception):
-    """An expected failure with its HTTP status, a stable machine-readable code and headers."""
-
-    status = 500
-    code = "internal_error"
-
-    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.headers = headers or {}
-
-
-class InvalidInput(ServiceError):
-    status, code = 422, "invalid_input"
-
-
-class TooManyInputs(ServiceError):
-    status, code = 422, "too_many_inputs"
-
-
-class TooManyEvidence(ServiceError):
-    status, code = 422, "too_many_evidence"
-
-
-class UnknownModel(ServiceError):
-    status, code = 422, "unknown_model"
-
-
-class WrongTask(ServiceError):
-    status, code = 422, "wrong_task"
-
-
-class BodyTooLarge(ServiceError):
-    status, code = 413, "body_too_large"
-
-
-class AnswerTooLarge(ServiceError):
-    status, code = 422, "answer_too_large"
-
-
-class QueueFull(ServiceError):
-    status, code = 429, "queue_full"
-
-
-class DeadlineExceeded(ServiceError):
-    status, code = 504, "deadline_exceeded"
-
-
-class NoModelForTask(ServiceError):
-    # not 503: no model of the task is configured (or every one failed), so retrying is useless
-    status, code = 404, "no_model_for_task"
-
-
-class NotReady(ServiceError):
-    status, code = 503, "not_ready"
-
-
-class ShuttingDown(ServiceError):
-    status, code = 503, "shutting_down"
-
-
-class ClientClosed(ServiceError):
-    # nginx's code for "client closed the request"; nobody reads it, the metrics do.
-    status, code = 499, "client_closed_request"
-
-
-class InferenceFailed(ServiceError):
-    status, code = 500, "inference_failed"
-
-
-def setting_env(field: str) -> str:
-    """The environment variable of a Settings field: max_body_bytes -> ATTSERVE_MAX_BODY_BYTES."""
-    if field not in Settings.model_fields:
-        raise KeyError(f"no setting {field!r}")
-    return env_var(field)
-
-
-def set_by(field: str) -> str:
-    """The clause every limit error ends its sentence with, naming the setting that raises the
-    limit: "(limit set by ATTSERVE_MAX_BODY_BYTES)". One place, so no limit error forgets it."""
-    return f"(limit set by {setting_env(field)})"
-
-
-EXCERPT_CHARS = 40
-
-
-def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
-    """A short, escaped quote of user input for an error message: repr() of at most `limit`
-    characters (control and invisible characters come out as escapes), and the full length
-    when cut."""
-    if len(value) <= limit:
-        return ascii(value)
-    return f"{ascii(value[:limit])}... ({len(value)} characters)"
-
-
-def unquoted_excerpt(value: str) -> str:
-    """`excerpt` without the quotes, for a name or a path inside a message: escaped to printable
-    ASCII and cut to EXCERPT_CHARS (a client's field name or path can be a megabyte long)."""
-    shown = ascii(value)[1:-1]
-    return shown if len(shown) <= EXCERPT_CHARS else f"{shown[:EXCERPT_CHARS]}... ({len(value)} characters)"
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
@@ -282,10 +181,6 @@ def inference_endpoints() -> list[str]:
 
 
 MAX_REPORTED = 3
-
-
-class UnsupportedMediaType(ServiceError):
-    status, code = 415, "unsupported_media_type"
 
 
 def _json_type(value: object) -> str:
