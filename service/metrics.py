@@ -67,29 +67,7 @@ class Metrics:
             "attserve_request_duration_seconds", "Time from request arrival to response.",
             ["endpoint", "model"], buckets=_LATENCY_BUCKETS, registry=r,
         )
-        self.queue_wait = Histogram(
-            "attserve_queue_wait_seconds", "Time an item waited in its model's queue before its batch ran.",
-            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
-        )
-        self.inference_duration = Histogram(
-            "attserve_inference_duration_seconds", "onnxruntime time per batch.",
-            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
-        )
-        self.batch_size = Histogram(
-            "attserve_batch_size", "Items per batch.", ["model"], buckets=_SIZE_BUCKETS, registry=r,
-        )
-        self.batch_tokens = Histogram(
-            "attserve_batch_tokens", "Padded tokens per batch (over its graph calls: items x the call's bucket shape).",
-            ["model"], buckets=_TOKEN_BUCKETS, registry=r,
-        )
-        self.graph_calls = Counter(
-            "attserve_graph_calls", "onnxruntime runs; a batch of very different shapes runs as several.",
-            ["model"], registry=r,
-        )
-        self.queue_depth = Gauge(
-            "attserve_queue_depth", "Items waiting in a model's queue.", ["model"], registry=r,
-            multiprocess_mode="livesum",  # with workers: the sum over the live ones
-        )
+        self._define_batch_metrics(r)
         self.model_info = Gauge(
             "attserve_model_info", "Loaded models (value 1) with the execution provider actually used.",
             ["model", "task", "architecture", "version", "provider"], registry=r,
@@ -128,7 +106,36 @@ class Metrics:
             "attserve_dropped_items", "Items dropped before compute (deadline passed or caller gone).",
             ["model", "reason"], registry=r,
         )
-        # the response cache (service.http.cache; ATTSERVE_RESPONSE_CACHE_BYTES)
+        self._define_response_cache_metrics(r)
+
+    def _define_batch_metrics(self, r: CollectorRegistry) -> None:
+        """The batcher's: queue wait and depth, batch sizes and tokens, graph calls and their time."""
+        self.queue_wait = Histogram(
+            "attserve_queue_wait_seconds", "Time an item waited in its model's queue before its batch ran.",
+            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.inference_duration = Histogram(
+            "attserve_inference_duration_seconds", "onnxruntime time per batch.",
+            ["model"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.batch_size = Histogram(
+            "attserve_batch_size", "Items per batch.", ["model"], buckets=_SIZE_BUCKETS, registry=r,
+        )
+        self.batch_tokens = Histogram(
+            "attserve_batch_tokens", "Padded tokens per batch (over its graph calls: items x the call's bucket shape).",
+            ["model"], buckets=_TOKEN_BUCKETS, registry=r,
+        )
+        self.graph_calls = Counter(
+            "attserve_graph_calls", "onnxruntime runs; a batch of very different shapes runs as several.",
+            ["model"], registry=r,
+        )
+        self.queue_depth = Gauge(
+            "attserve_queue_depth", "Items waiting in a model's queue.", ["model"], registry=r,
+            multiprocess_mode="livesum",  # with workers: the sum over the live ones
+        )
+
+    def _define_response_cache_metrics(self, r: CollectorRegistry) -> None:
+        """The response cache's (service.http.cache; ATTSERVE_RESPONSE_CACHE_BYTES)."""
         self.response_cache_hits = Counter(
             "attserve_response_cache_hits", "Answers served from the response cache.", ["model"], registry=r,
         )
