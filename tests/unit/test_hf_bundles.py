@@ -163,6 +163,12 @@ def test_refusals_say_what_to_do(imported, tmp_path):
     (no_tokenizer / "tokenizer.json").unlink()
     with pytest.raises(ImportRefused, match=r"no tokenizer.json: save the model's fast tokenizer"):
         build_config(no_tokenizer, "entailment", "x", None, None)
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    typed = CliRunner().invoke(app, ["bundle", "import-hf", str(no_tokenizer), "--task", "entailment",
+                                     "-o", str(tmp_path / "out")])
+    assert typed.exit_code == 2 and "no tokenizer.json" in typed.output and not (tmp_path / "out").exists()
 
     onnx = pytest.importorskip("onnx")
     no_logits = shutil.copytree(export, tmp_path / "no-logits")
