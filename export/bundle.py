@@ -31,6 +31,8 @@ from core.bundle import (
     TOKENIZER_FILE,
     BundleConfig,
     BundleError,
+    ExplanationOutput,
+    Parity,
     check_output_width,
     load_bundle,
     sha256_file,
@@ -79,6 +81,37 @@ def _write_graph(network: TextClassifier, staging: Path, tokenizer_path: str | P
     explanation = expose_explanation(model_path, network)
     shutil.copyfile(tokenizer_path, staging / TOKENIZER_FILE)
     return model_path, explanation
+
+
+def _bundle_config(staging: Path, model_path: Path, task: str, parity: Parity, explanation: ExplanationOutput | None, *, name: str,
+                   version: str | None, architecture: str, description: str, labels: Sequence[str],
+                   max_lengths: dict[str, int], max_evidence: int | None, metrics: dict[str, Any],
+                   data_checksums: dict[str, str] | None) -> BundleConfig:
+    """config.json's contents for the graph and tokenizer staged in `staging` (see
+    write_bundle_from_network for the arguments)."""
+    model_sha256 = sha256_file(model_path)
+    return BundleConfig(
+        name=name,
+        version=version or model_sha256[:12],
+        task=task,
+        architecture=architecture,
+        description=description or architectures()[architecture].description,
+        labels=list(labels) if TASKS[task].labelled else [],
+        inputs=list(TASKS[task].inputs),
+        outputs=list(TASKS[task].outputs),
+        max_lengths=dict(max_lengths),
+        max_evidence=max_evidence if TASKS[task].list_field is not None else None,
+        metrics=metrics,
+        data_checksums=dict(data_checksums or {}),
+        parity=parity,
+        opset=OPSET,
+        onnx_version=onnx.__version__,
+        onnxruntime_version=onnxruntime.__version__,
+        torch_version=torch.__version__,
+        model_sha256=model_sha256,
+        tokenizer_sha256=sha256_file(staging / TOKENIZER_FILE),
+        explanation=explanation,
+    )
 
 
 def write_bundle_from_network(
@@ -138,29 +171,10 @@ def write_bundle_from_network(
             metrics["variants"] = measure_variants(model_path, staging, task, batches, gold)
 
         step("writing config.json")
-        model_sha256 = sha256_file(model_path)
-        config = BundleConfig(
-            name=name,
-            version=version or model_sha256[:12],
-            task=task,
-            architecture=architecture,
-            description=description or architectures()[architecture].description,
-            labels=list(labels) if TASKS[task].labelled else [],
-            inputs=list(TASKS[task].inputs),
-            outputs=list(TASKS[task].outputs),
-            max_lengths=dict(max_lengths),
-            max_evidence=max_evidence if TASKS[task].list_field is not None else None,
-            metrics=metrics,
-            data_checksums=dict(data_checksums or {}),
-            parity=parity,
-            opset=OPSET,
-            onnx_version=onnx.__version__,
-            onnxruntime_version=onnxruntime.__version__,
-            torch_version=torch.__version__,
-            model_sha256=model_sha256,
-            tokenizer_sha256=sha256_file(staging / TOKENIZER_FILE),
-            explanation=explanation,
-        )
+        config = _bundle_config(staging, model_path, task, parity, explanation, name=name, version=version,
+                                architecture=architecture, description=description, labels=labels,
+                                max_lengths=max_lengths, max_evidence=max_evidence, metrics=metrics,
+                                data_checksums=data_checksums)
         (staging / CONFIG_FILE).write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
         # The service's own checks, on the finished files, before anything is published.
