@@ -50,7 +50,7 @@ def test_the_readme_get_lines_answer():
     models = json.loads(answers["/v1/models"][2])
     # the comment lists what /v1/models gives per model
     first = models["models"][0]
-    for key in ("name", "task", "architecture", "labels", "version", "provider", "max_lengths", "metrics"):
+    for key in ("name", "task", "architecture", "kind", "labels", "version", "provider", "max_lengths", "metrics"):
         assert key in first, key
     index = json.loads(answers["/"][2])
     assert {"name", "version", "endpoints", "docs"} <= set(index)
