@@ -285,3 +285,21 @@ def test_attserve_configs_are_written_as_before():
     config = load_bundle(shipped).config
     written = json.loads(config.model_dump_json(indent=2))
     assert config.kind == "attserve" and set(written) == set(json.loads((shipped / "config.json").read_text()))
+
+
+def test_import_runs_without_torch(imported, tmp_path):
+    """The command needs onnxruntime and tokenizers only (the serving install): without torch
+    it imports the folder, says the parity was not checked, and the bundle serves."""
+    import subprocess
+    import sys
+
+    export, _ = imported["roberta"]
+    out = tmp_path / "no-torch"
+    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['attserve', *sys.argv[1:]]; "
+            "from cli.main import app; app()")
+    done = subprocess.run([sys.executable, "-c", code, "bundle", "import-hf", str(export), "--task", "entailment",
+                           "-o", str(out)], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "parity: not checked (torch is not installed)" in done.stdout
+    assert load_bundle(out).config.parity is None and ModelRuntime.load(out, [CPU], 1).config.kind == "transformers"
