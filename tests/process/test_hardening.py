@@ -993,6 +993,7 @@ def test_no_request_the_limits_allow_stalls_the_event_loop(guarded_server):
 
 
 def test_the_suite_has_a_per_test_timeout(pytestconfig):
-    """A hang (a batcher that ignores its delay, a stalled socket) fails its test instead of
-    waiting for CI's 90 minutes; the bound stays above the slowest honest test."""
+    """A hang (a stalled socket, a wait without its own bound) fails its test instead of
+    waiting for CI's 90 minutes; the bound stays above the slowest honest test. A test's own
+    waits should fail sooner (a batcher that ignored its delay hung one for 600 s)."""
     assert 120 <= float(pytestconfig.getini("timeout")) <= 900
