@@ -11,7 +11,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import logging
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI
@@ -64,13 +64,9 @@ async def release_memory(every_s: float) -> None:
 
 # --- the app --------------------------------------------------------------------------------
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
-    service = Service(settings)
-    # None unless configured: the response cache (service.http.cache) and OpenTelemetry traces
-    # (service.tracing), which routes.answer and the entry point read
-    service.response_cache = ResponseCache.from_settings(settings, service.metrics)
-    service.tracing = Tracing.from_settings(settings)
+def _lifespan(service: Service, settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: load the models, then run model control (app.state.model_control), trim
+    memory and sample the event loop and process while serving; drain and shut down after."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,7 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         async def control_after_load() -> None:
             await loader
-            await control.run()
+            await app.state.model_control.run()
 
         controller = asyncio.create_task(control_after_load(), name="model-control")
         trimmer = asyncio.create_task(release_memory(settings.memory_trim_s), name="release-memory")
@@ -101,11 +97,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if service.tracing is not None:  # export the spans still buffered
                 await asyncio.to_thread(service.tracing.shutdown)
 
+    return lifespan
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    service = Service(settings)
+    # None unless configured: the response cache (service.http.cache) and OpenTelemetry traces
+    # (service.tracing), which routes.answer and the entry point read
+    service.response_cache = ResponseCache.from_settings(settings, service.metrics)
+    service.tracing = Tracing.from_settings(settings)
+
     app = FastAPI(
         title="attserve",
         version="0.1.0",
         description="Entailment, claim verification and text classification with attentive-convolution networks.",
-        lifespan=lifespan,
+        lifespan=_lifespan(service, settings),
         # Starlette's slash redirect builds its Location from the Host header; the 404 handler
         # redirects with a relative one instead (service.http.errors.slash_twin)
         redirect_slashes=False,
