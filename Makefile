@@ -45,6 +45,10 @@ serve: $(VENV)/.serve
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
 
+# ruff: pyflakes, import/statement errors and complexity ([tool.ruff] in pyproject.toml)
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+
 # the slow set also runs `attserve score --ray` on a local Ray cluster: the ray extra (~300 MB)
 $(VENV)/.ray: $(VENV)/.dev
 	@echo "== the ray extra (about 300 MB; 15 s from a package mirror)"

@@ -83,7 +83,7 @@ def _wrk(url: str, bodies: Path, seconds: int, concurrency: int, cpus: str | Non
     argv = pinned(["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "-s", str(WRK_SCRIPT), url, "--",
                    "/entailment", str(bodies)], cpus)
     out = subprocess.run(argv, capture_output=True, text=True).stdout
-    line = next((l for l in out.splitlines() if l.startswith("BENCH_JSON")), None)
+    line = next((row for row in out.splitlines() if row.startswith("BENCH_JSON")), None)
     return json.loads(line.split(" ", 1)[1]) if line else {"raw": out[-500:]}
 
 

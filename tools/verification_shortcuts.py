@@ -76,8 +76,8 @@ def evidence_shortcuts(claims: Sequence[ClaimExample]) -> dict:
         entry = {
             "claims": len(subset),
             "chance": float(np.mean([1.0 / len(c.evidence) for c in subset])),
-            "shortest_is_gold": float(np.mean([_pick_rate(l, g, min) for l, g in zip(lengths, golds)])),
-            "longest_is_gold": float(np.mean([_pick_rate(l, g, max) for l, g in zip(lengths, golds)])),
+            "shortest_is_gold": float(np.mean([_pick_rate(n, g, min) for n, g in zip(lengths, golds)])),
+            "longest_is_gold": float(np.mean([_pick_rate(n, g, max) for n, g in zip(lengths, golds)])),
             "most_overlap_is_gold": float(np.mean([_pick_rate(o, g, max) for o, g in zip(overlaps, golds)])),
             "mean_words_gold": float(flat_len[is_gold == 1].mean()),
             "mean_words_other": float(flat_len[is_gold == 0].mean()) if (is_gold == 0).any() else None,

@@ -122,7 +122,7 @@ def cut_pretrained_words(directory: str | Path, max_pretrained: int, out: str | 
         raise ValueError(f"{directory}: has {pretrained_count(tokenizer)} pretrained-only words; cannot keep {max_pretrained}")
     cut = cut_pretrained(tokenizer, max_pretrained)
     meta = CheckpointMeta(**json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
-    old_size, new_size = meta.network["config"]["vocab_size"], cut.get_vocab_size()
+    new_size = cut.get_vocab_size()
     state = load_file(str(directory / WEIGHTS_FILE))
     full = network_from_dict(meta.network)
     layers = full.embedding_layers()  # the word tables of vocab_size rows (not the tuned channel)

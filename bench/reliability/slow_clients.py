@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen
-from bench.harness import ServiceProcess, scrape
+from bench.harness import ServiceProcess
 from bench.loadgen import Outcome, percentiles, post, run_async, status_counts
 from bench.reliability.workload import repository_models
 
@@ -112,7 +112,6 @@ def run_slow_clients(repository: Path, idle: int = 20_000, slowloris: int = 200,
         for h in holders:
             h.join()
         loris_thread.join()
-        stats = scrape(server.base)
     closed = [c for h in held for c in h["closed_after_s"]]
     opened = sum(h["opened"] for h in held)
     latency = percentiles(o.seconds for o in outcomes)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from types import SimpleNamespace
-from typing import Annotated, Any, ClassVar, Union
+from typing import Annotated, ClassVar, Union
 
 from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, BaseModel, Discriminator, Field, StrictBool, Tag

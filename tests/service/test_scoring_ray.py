@@ -4,8 +4,6 @@ and a local cluster takes ~10-20 s to start on 2 cores (docs/scoring.md)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'")

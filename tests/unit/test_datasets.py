@@ -249,7 +249,7 @@ def test_load_from_files_sick_full_release(tmp_path: Path) -> None:
 def test_load_from_files_labels_and_checksums(tmp_path: Path) -> None:
     def write(name: str, rows: list[tuple[str, str]]) -> Path:
         path = tmp_path / name
-        path.write_text("text,label\n" + "".join(f"{t},{l}\n" for t, l in rows), encoding="utf-8")
+        path.write_text("text,label\n" + "".join(f"{text},{label}\n" for text, label in rows), encoding="utf-8")
         return path
 
     train = write("train.csv", [("x", "spam"), ("y", "ham"), ("z", "spam")])

@@ -193,10 +193,12 @@ def assert_graph_matches(network, graph, vocab: int, also: int | None = None) ->
     from export.parity import cpu_session, run_onnx, run_torch
 
     rng = np.random.default_rng(1)
-    premise = rng.integers(1, vocab, size=(4, 11)); premise[0, 7:] = PAD_ID
+    premise = rng.integers(1, vocab, size=(4, 11))
+    premise[0, 7:] = PAD_ID
     if also is not None:
         premise[1, 2] = also
-    hypothesis = rng.integers(1, vocab, size=(4, 5)); hypothesis[2, 3:] = PAD_ID
+    hypothesis = rng.integers(1, vocab, size=(4, 5))
+    hypothesis[2, 3:] = PAD_ID
     ids = [premise.astype(np.int64), hypothesis.astype(np.int64)]
     expected = run_torch(network, ids)[0]
     got = run_onnx(cpu_session(graph), "entailment", ids)[0]
