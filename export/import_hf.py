@@ -326,8 +326,8 @@ def _has_weights(path: Path) -> bool:
 def import_hf(
     source: Path = typer.Argument(..., exists=True, file_okay=False, help="The exported folder: model.onnx, "
                                   "tokenizer.json and the model's Hugging Face config.json."),
-    task: str = typer.Option(..., "--task", help="The task it serves: entailment, paraphrase, classification or "
-                             "rerank (a one-logit cross-encoder)."),
+    task: str = typer.Option(..., "--task", help="The task it serves: entailment, paraphrase, classification, "
+                             "verification (an NLI model) or rerank (a one-logit cross-encoder)."),
     out: Path = typer.Option(..., "-o", "--out", help="Bundle directory to write, e.g. model_repository/my-nli."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the --out folder's name)."),
     labels: Optional[str] = typer.Option(None, "--labels", help="The task's name of each logit, in logits order, "
@@ -351,9 +351,11 @@ def import_hf(
     except (ImportRefused, BundleError, ValueError) as exc:
         typer.echo(f"attserve bundle import-hf: {exc}", err=True)
         raise typer.Exit(2) from None
-    if out.exists() and force:
-        shutil.rmtree(out)
-    write_import(config, model, tokenizer, their, out)
+    # written beside --out under a hidden name (a polling server skips it), moved there once checked:
+    # a refused import leaves the bundle it would replace as it was
+    staging = out.parent / f".{out.name}.importing"
+    shutil.rmtree(staging, ignore_errors=True)
+    write_import(config, model, tokenizer, their, staging)
     if config.labels:
         typer.echo(f"labels: {dict(zip(config.transformers.source_labels, config.labels))} (theirs -> {task}'s)")
     else:
@@ -363,15 +365,18 @@ def import_hf(
         typer.echo("parity: not checked (no PyTorch weights beside model.onnx; pass --reference)")
     else:
         try:
-            parity = check_parity(out, reference)
+            parity = check_parity(staging, reference)
         except ImportError as exc:
             typer.echo(f"parity: not checked ({exc.name} is not installed)")
-        except ImportRefused as exc:
-            shutil.rmtree(out)
+        except (ImportRefused, OSError, RuntimeError, ValueError) as exc:  # a mismatch, or weights transformers
+            shutil.rmtree(staging)                                             # cannot load as this model
             typer.echo(f"attserve bundle import-hf: {exc}", err=True)
             raise typer.Exit(2) from None
         else:
             config = config.model_copy(update={"parity": parity})
-            write_import(config, model, tokenizer, their, out)
+            write_import(config, model, tokenizer, their, staging)
             typer.echo(f"parity: max |logits - transformers| {parity.max_abs_diff:.2e} over {parity.examples} inputs")
+    if out.exists():  # --force, or an empty folder
+        shutil.rmtree(out)
+    staging.rename(out)
     typer.echo(f"wrote {out} ({config.name}, {task}, {config.transformers.max_length} tokens per sequence)")

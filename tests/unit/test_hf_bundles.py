@@ -303,3 +303,24 @@ def test_import_runs_without_torch(imported, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "parity: not checked (torch is not installed)" in done.stdout
     assert load_bundle(out).config.parity is None and ModelRuntime.load(out, [CPU], 1).config.kind == "transformers"
+
+
+def test_parity_refuses_weights_the_graph_does_not_match(imported, tmp_path):
+    """--reference to other weights of the same model: the served logits differ from its
+    forward, the import is refused with exit 2 and the bundle it would replace stays as it was."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    export, bundle = imported["bert"]
+    model, _ = reference(export)
+    with torch.no_grad():
+        model.classifier.bias += 0.5
+    model.save_pretrained(tmp_path / "other-weights")
+    out = shutil.copytree(bundle, tmp_path / "repository" / "bert-nli")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    typed = CliRunner().invoke(app, ["bundle", "import-hf", str(export), "--task", "entailment", "-o", str(out),
+                                     "--reference", str(tmp_path / "other-weights"), "--force"])
+    assert typed.exit_code == 2 and "differ from transformers' forward by 5.00e-01" in typed.output, typed.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bert-nli"]  # no staging folder left
