@@ -25,7 +25,6 @@ import pytest
 
 from core.tasks import TASKS
 from tests.bundles import copy_repository, metric_samples, running_app
-from service.http.app import create_app
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from service.settings import Settings
-from tests.bundles import running_app
-from tests.hf_models import build_export, reference
+from service.settings import Settings  # noqa: E402 (after the importorskip)
+from tests.bundles import running_app  # noqa: E402 (after the importorskip)
+from tests.hf_models import build_export, reference  # noqa: E402 (after the importorskip)
 
 LABELS = ["entailment", "neutral", "contradiction"]
 LONG = " ".join(["the children are playing football in the park near the kitchen"] * 6)

@@ -17,12 +17,12 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from core.bundle import BundleError, load_bundle
-from core.tasks import TASKS
-from export.import_hf import ImportRefused, build_config, map_labels, write_import
-from service.inference.runtime import CPU, ModelRuntime
-from service.inference.tasks import encode
-from tests.hf_models import build_export, reference
+from core.bundle import BundleError, load_bundle  # noqa: E402 (after the importorskip)
+from core.tasks import TASKS  # noqa: E402 (after the importorskip)
+from export.import_hf import ImportRefused, build_config, map_labels, write_import  # noqa: E402 (after the importorskip)
+from service.inference.runtime import CPU, ModelRuntime  # noqa: E402 (after the importorskip)
+from service.inference.tasks import encode  # noqa: E402 (after the importorskip)
+from tests.hf_models import build_export, reference  # noqa: E402 (after the importorskip)
 
 KINDS = ("bert", "roberta", "deberta-v2")
 MAX_LENGTH = 40  # both tiny models' sequence length
