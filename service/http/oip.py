@@ -1,5 +1,6 @@
 """The Open Inference Protocol (KServe v2, the HTTP protocol of Triton, KServe and MLServer)
-beside the task API, answered by the same model engines (service.inference.engine, through routes.run_inputs).
+beside the task API, answered by the same model engines through the same dataplane
+(service.inference.dataplane, as routes.admit_request and routes.run_request give it a request).
 
 Tensors of a model (`GET /v2/models/{name}` lists them):
 
@@ -50,7 +51,7 @@ from service.inference.engine import Engine
 from service.http.entry import OFFLOAD_BODY_BYTES
 from service.inference.errors import BadRequest, InvalidInput, ModelNotFound, UnsupportedMediaType, excerpt
 from service.inference.registry import ModelEntry, Service, version_order
-from service.http.routes import run_inputs
+from service.http.routes import admit_request, ran_headers, run_request, service_of
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 
@@ -163,13 +164,9 @@ def _inline_schema(model: type[BaseModel]) -> dict:
     return resolve(schema)
 
 
-def _service(request: Request) -> Service:
-    return request.app.state.service
-
-
 def _entry(request: Request, name: str, version: str | None, ready: bool = True) -> ModelEntry:
     """The model `name` (its newest ready version, or `version`); 404 for an unknown one."""
-    service = _service(request)
+    service = service_of(request)
     entry = service.models.get(name)
     if entry is None or entry.config is None:
         raise ModelNotFound(f"unknown model {excerpt(name)}")
@@ -180,8 +177,8 @@ def _entry(request: Request, name: str, version: str | None, ready: bool = True)
                                 f"not {excerpt(version)}")
         entry = versions[version]
     if ready:
-        # resolve() gives the task API's checks (still loading, failed) and statuses
-        return service.resolve(name, entry.config.task, version)
+        # the dataplane's admission: the task API's checks (draining, still loading, failed) and statuses
+        return admit_request(service, request.scope.setdefault("state", {}), name, entry.config.task, version)
     return entry
 
 
@@ -252,7 +249,7 @@ async def server_live() -> dict:
 
 @router.get("/health/ready", response_model=Readiness, responses={400: {"model": Readiness}})
 async def server_ready(request: Request) -> JSONResponse:
-    service = _service(request)
+    service = service_of(request)
     ready = service.ready  # the same readiness as /health/ready
     group = request.app.state.worker_group
     ready = ready and (group is None or group.ready_count() >= group.expected)
@@ -270,7 +267,7 @@ async def model_metadata(request: Request, name: str, version: str | None = None
 async def model_config(request: Request, name: str, version: str | None = None) -> dict:
     """The model's configuration in Triton's model-config JSON (name, platform, max_batch_size,
     input and output with data_type and dims, version_policy, dynamic_batching, parameters)."""
-    return _model_config(_entry(request, name, version, ready=False), _service(request))
+    return _model_config(_entry(request, name, version, ready=False), service_of(request))
 
 
 @router.get("/models/{name}/ready", response_model=ModelReadiness,
@@ -279,7 +276,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             responses={400: {"model": ModelReadiness}, **_errors(404)})
 async def model_ready(request: Request, name: str, version: str | None = None) -> JSONResponse:
     entry = _entry(request, name, version, ready=False)
-    ready = entry.status == "ready" and not _service(request).draining
+    ready = entry.status == "ready" and not service_of(request).draining
     return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
 
 
@@ -304,8 +301,9 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     task = entry.config.task
     columns, n, k = _columns(infer_request, binary, task, entry.engine)
     inputs = [SimpleNamespace(**{field: columns[field][i] for field in TASKS[task].field_names}) for i in range(n)]
-    results, headers = await run_inputs(request, entry, inputs, "v2_infer", batch=n > 1, version=version)
-    return _respond(entry, infer_request, results, k, headers)
+    ran = await run_request(service_of(request), request.scope.setdefault("state", {}), request.receive, entry, inputs,
+                            "v2_infer", batch=n > 1, version=version)
+    return _respond(ran.entry, infer_request, ran.results, k, ran_headers(ran))
 
 
 # --- request decoding ---------------------------------------------------------------------------

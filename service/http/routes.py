@@ -1,7 +1,9 @@
-"""HTTP routes. An inference request is parsed and validated (schemas) and handed to its model's
-engine (service.inference.engine), which checks it against the model's limits and the text limits,
-queues one item per input (the batcher tokenizes, in its inference thread) and renders the
-answers from the request's own rows only.
+"""HTTP routes. An inference request is parsed and validated (schemas) and handed to the
+dataplane (service.inference.dataplane: admit, then run on its model's engine, which checks it
+against the model's limits and the text limits, queues one item per input - the batcher
+tokenizes, in its inference thread - and renders the answers from the request's own rows only).
+`admit_request` and `run_request` are the dataplane for an HTTP request (its state, its
+disconnect): every inference route calls them.
 
 Truncation is reported per result: `truncated: true` when any text of that input was cut to
 the model's max length (and counted in `attserve_truncated_inputs_total`).
@@ -25,11 +27,11 @@ from starlette.types import Receive
 
 from core.tasks import TASK_OF_LABEL, TASKS, Task
 from service import tracing
-from service.http.answer_size import explanation_floor
 from service.http.auth import TENANT
 from service.http.cache import CACHE_HEADER, RESOLVED
 from service.http.errors import endpoints
-from service.inference.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, UnknownModel, set_by
+from service.inference.dataplane import Ran, admit, run
+from service.inference.errors import AnswerTooLarge, InvalidInput, NotReady, ShuttingDown, set_by
 from service.metrics import render as render_metrics
 from service.inference.registry import ModelEntry, Service
 from service.http.schemas import TASK_SCHEMAS, ErrorBody, Health, LiveStatus, ModelInfo, ModelList, TaskInfo
@@ -68,7 +70,7 @@ def ignored_header(names: list[str]) -> str:
     return ", ".join(shown) + (f", and {more} more" if more else "")
 
 
-def _service(request: Request) -> Service:
+def service_of(request: Request) -> Service:
     return request.app.state.service
 
 
@@ -86,15 +88,11 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
     """The JSON answer to a validated body of a task endpoint and its headers. FastAPI's routes
     below (through `predict`) and the hot path (service.http.entry) both answer through here.
     `state`: the request's scope["state"] (its arrival in, the model's name out)."""
-    if service.draining:
-        raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
+    # the load the response cache's raw lookup resolved for these very bytes, if it did, is
+    # taken from `state`: a request draws a canary's share once (service.inference.model_control.pick)
     task = TASK_OF_LABEL[endpoint].name
-    # the load the response cache's raw lookup resolved for these very bytes, if it did: a
-    # request draws a canary's share once (service.inference.model_control.pick)
-    entry = state.pop(RESOLVED, None) or service.resolve(body.model, task, body.version)
+    entry = admit_request(service, state, body.model, task, body.version)
     trace = tracing.current()
-    if trace is not None:
-        trace.resolved(entry)
     cache, key = service.response_cache, None  # service.http.cache; None when off
     if cache is not None:
         key = cache.key(entry, endpoint, body, state.get(TENANT))
@@ -108,8 +106,9 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
                 headers[IGNORED_FIELDS_HEADER] = ignored_header(ignored)
             return content, headers
     batch = "inputs" in type(body).model_fields  # a class lookup: hasattr on a model raises inside pydantic
-    results, headers = await run(service, state, receive, entry, body.inputs if batch else [body], endpoint, batch,
-                                 explain=body.explain, version=body.version)
+    ran = await run_request(service, state, receive, entry, body.inputs if batch else [body], endpoint, batch,
+                            explain=body.explain, version=body.version)
+    results, headers = ran.results, ran_headers(ran)
     if not body.truncate:
         refuse_truncated(results, batch)
     answer_of = TASK_SCHEMAS[task].answer_of
@@ -143,53 +142,37 @@ async def answer(service: Service, state: dict[str, Any], receive: Receive, endp
 
 async def predict(request: Request, endpoint: str, body: Any) -> Response:
     """`answer` as FastAPI's task routes return it."""
-    content, headers = await answer(_service(request), request.scope.setdefault("state", {}), request.receive,
+    content, headers = await answer(service_of(request), request.scope.setdefault("state", {}), request.receive,
                                     endpoint, body)
     return Response(content, media_type="application/json", headers=headers)
 
 
-async def run(service: Service, state: dict[str, Any], receive: Receive, entry: ModelEntry, inputs: Sequence[Any],
-              endpoint: str, batch: bool, explain: bool = False,
-              version: str | None = None) -> tuple[list[dict], dict[str, str]]:
-    """Runs `inputs` (objects with the task's fields as attributes) on `entry`'s engine: the
-    answers in input order and the timing headers. The task API and the Open Inference
-    Protocol (service.http.oip, through `run_inputs`) both answer through here; the engine does the
-    checks and the work."""
-    if service.draining:
-        raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    entry = current_load(service, entry, version)
+def admit_request(service: Service, state: dict[str, Any], model: str | None, task: str,
+                  version: str | None = None) -> ModelEntry:
+    """dataplane.admit for an HTTP request: the load that serves it, named in `state` (the
+    request's scope["state"]) for its metrics."""
+    entry = admit(service, model, task, version, resolved=state.pop(RESOLVED, None))
     state["attserve_model"] = entry.name
-    # The deadline runs from the request's arrival (stamped by service.http.http's protocol, else by
-    # the entry point), so reading, parsing, tokenizing (in the batcher) and queueing a big body
-    # under load all count.
-    loop = asyncio.get_running_loop()
-    deadline = state.get("attserve_arrival", loop.time()) + service.settings.request_timeout_ms / 1000.0
-    if explain:
-        await refuse_too_large_explanations(service, entry, inputs, batch)
-        entry = current_load(service, entry, version)  # reloaded meanwhile
-    state["attserve_model_version"] = entry.version
-    pending = entry.engine.enqueue(inputs, deadline=deadline, batch=batch, explain=explain)
-    service.metrics.series(service.metrics.inputs, endpoint, entry.name).inc(len(inputs))
-    answers = await entry.engine.answers(pending, deadline=deadline, cancel_when=lambda: wait_disconnect(receive))
-    headers = {"x-queue-time": f"{answers.queue_s * 1000:.3f}", "x-inference-time": f"{answers.inference_s * 1000:.3f}",
-               MODEL_VERSION_HEADER: entry.version}
-    return answers.results, headers
-
-
-def current_load(service: Service, entry: ModelEntry, version: str | None) -> ModelEntry:
-    """The load that serves a request now that resolved `entry` (naming `version`, or none):
-    `entry` itself; when it was reloaded since (service.inference.model_control), the load that replaced
-    it; when its version was unloaded, the model's default now for a request that named no
-    version, and 422 unknown_model for one that named it."""
-    while entry.retired:
-        if entry.replaced_by is not None:
-            entry = entry.replaced_by
-        elif version is None:
-            entry = service.resolve(entry.name, entry.task)
-        else:
-            raise UnknownModel(f"model {entry.name!r} version {entry.version!r} was unloaded while the request "
-                               "waited; send it again")
     return entry
+
+
+async def run_request(service: Service, state: dict[str, Any], receive: Receive, entry: ModelEntry,
+                      inputs: Sequence[Any], endpoint: str, batch: bool, explain: bool = False,
+                      version: str | None = None) -> Ran:
+    """dataplane.run for an HTTP request: its deadline from its arrival (stamped by
+    service.http.http's protocol, else by the entry point), cancelled when its client
+    disconnects, the version that answers named in `state` for its metrics."""
+    state["attserve_model_version"] = entry.version
+    ran = await run(service, entry, inputs, endpoint=endpoint, batch=batch, arrival=state.get("attserve_arrival"),
+                    cancel=lambda: wait_disconnect(receive), explain=explain, version=version)
+    state["attserve_model_version"] = ran.entry.version
+    return ran
+
+
+def ran_headers(ran: Ran) -> dict[str, str]:
+    """The timing headers (ms) and the version that answered."""
+    return {"x-queue-time": f"{ran.queue_s * 1000:.3f}", "x-inference-time": f"{ran.inference_s * 1000:.3f}",
+            MODEL_VERSION_HEADER: ran.entry.version}
 
 
 def refuse_truncated(results: list[dict], batch: bool) -> None:
@@ -200,28 +183,6 @@ def refuse_truncated(results: list[dict], batch: bool) -> None:
         where = (f"inputs[{cut[0]}]" + (f" and {len(cut) - 1} more inputs" if len(cut) > 1 else "") + ": ") if batch else ""
         raise InvalidInput(f"{where}a text is longer than the model's max length (its max_lengths in /v1/models); "
                            "send \"truncate\": true to cut it, or a shorter text")
-
-
-async def refuse_too_large_explanations(service: Service, entry: ModelEntry, inputs: Sequence[Any],
-                                        batch: bool) -> None:
-    """AnswerTooLarge before any inference when the explanations of `inputs` cannot fit in
-    max_answer_bytes (service.http.answer_size), after the engine's own checks of the request (counts,
-    text limits), so what it refuses is refused as without explanations. The floor tokenizes, in
-    a thread."""
-    entry.engine.check(inputs, batch)
-    floor = await asyncio.to_thread(explanation_floor, entry.engine.runtime, inputs)
-    limit = service.settings.max_answer_bytes
-    if floor > limit:
-        raise AnswerTooLarge(f"the answer with explanations would be at least {floor} bytes, over {limit} "
-                             f"{set_by('max_answer_bytes')}; send fewer inputs per request with \"explain\": true, "
-                             "or fewer or shorter texts")
-
-
-async def run_inputs(request: Request, entry: ModelEntry, inputs: Sequence[Any], endpoint: str,
-                     batch: bool, explain: bool = False, version: str | None = None) -> tuple[list[dict], dict[str, str]]:
-    """`run` for a route's `request`."""
-    return await run(_service(request), request.scope.setdefault("state", {}), request.receive, entry, inputs,
-                     endpoint, batch, explain, version)
 
 
 def add_task_route(task: Task) -> None:
@@ -287,7 +248,7 @@ async def live() -> Any:
 async def ready(request: Request) -> Any:
     """200 when every model is loaded and warmed up and every task served still has a model, else 503
     (Service.unready_reason says why)."""
-    service = _service(request)
+    service = service_of(request)
     if service.draining:
         raise ShuttingDown("the server is shutting down")
     statuses = {name: e.status for name, e in sorted(service.models.items())}
@@ -303,7 +264,7 @@ async def ready(request: Request) -> Any:
 @router.get("/v1/models", response_model=ModelList, tags=["models"])
 async def list_models(request: Request) -> Any:
     """The models, their tasks and each task's default."""
-    service = _service(request)
+    service = service_of(request)
     choices = {task: service.default_choice(task) for task in TASKS}
     tasks = {}
     for task, spec in TASKS.items():
@@ -335,4 +296,4 @@ async def list_models(request: Request) -> Any:
 @router.get("/metrics", response_class=PlainTextResponse, tags=["health"])
 async def metrics(request: Request) -> Response:
     """Prometheus metrics, in its text format."""
-    return Response(render_metrics(_service(request).metrics), media_type=CONTENT_TYPE_LATEST)
+    return Response(render_metrics(service_of(request).metrics), media_type=CONTENT_TYPE_LATEST)

@@ -44,7 +44,7 @@ from core.tasks import TASKS, Task
 from core.tokenization import TextEncoder
 from service import tracing
 from service.inference.errors import AnswerTooLarge, InvalidInput, UnknownModel, excerpt, set_by
-from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header
+from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, service_of
 from service.inference.runtime import ModelRuntime
 from service.http.schemas import TASK_SCHEMAS, ErrorBody
 from service.inference.tasks import check_texts
@@ -235,18 +235,15 @@ async def tokenize(body: dict[str, Any], request: Request) -> Response:
     """How the model's tokenizer cuts each text: the tokens it reads, with their character
     offsets, ids and whether each is unknown, the token count, and whether the text is cut at
     the model's max length. Send the body you would send to the model's task endpoint."""
-    service = _service(request)
+    service = service_of(request)
     named, task = _pick_task(body, service)
     try:
         parsed = _BODIES[task].validate_python(body)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
     version = getattr(parsed, "version", None)  # a model version, where the schemas take one
-    entry = service.resolve(named, task, version) if version is not None else service.resolve(named, task)
+    entry = admit_request(service, request.scope.setdefault("state", {}), named, task, version)
     trace = tracing.current()
-    if trace is not None:
-        trace.resolved(entry)
-    request.scope.setdefault("state", {})["attserve_model"] = entry.name
     batch = "inputs" in type(parsed).model_fields
     inputs = parsed.inputs if batch else [parsed]
     listed = TASKS[task].list_field

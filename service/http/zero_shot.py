@@ -44,7 +44,8 @@ from pydantic import AfterValidator, BaseModel, Discriminator, Field, StrictBool
 from core.tasks import entailment
 from service.http.errors import EndpointBody, generic_input, register_body
 from service.inference.errors import InvalidInput, TooManyInputs, WrongTask, excerpt
-from service.http.routes import ANSWER_JSON, IGNORED_FIELDS_HEADER, _service, ignored_header, run
+from service.http.routes import (ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, ran_headers,
+                                 run_request, service_of)
 from service.http.schemas import ErrorBody, ModelName, Text, Truncate, _Body, _form
 
 ENDPOINT = "/zero-shot"
@@ -221,8 +222,9 @@ async def zero_shot(body: ZeroShotBody, request: Request) -> Response:
     """Which of these labels fits the text? Each label is tried as an entailment hypothesis
     (one batched call of an entailment model, for every input of a batch together); the labels
     come back best first. One input, or several under `inputs` (answered `results`, in order)."""
-    service = _service(request)
-    entry = service.resolve(body.model, TASK)
+    service = service_of(request)
+    state = request.scope.setdefault("state", {})
+    entry = admit_request(service, state, body.model, TASK)
     label_roles(entry.config.labels, entry.name)  # before any work: a model that cannot answer
     batch = isinstance(body, ZeroShotBatchRequest)
     inputs = body.inputs if batch else [body]
@@ -231,10 +233,10 @@ async def zero_shot(body: ZeroShotBody, request: Request) -> Response:
                                 HYPOTHESIS: hypothesis(inputs[i].hypothesis_template, inputs[i].candidate_labels[j])})
              for i, j in owners]
     try:
-        results, headers = await run(service, request.scope.setdefault("state", {}), request.receive, entry, pairs,
-                                     LABEL, batch=True)
+        ran = await run_request(service, state, request.receive, entry, pairs, LABEL, batch=True)
     except (InvalidInput, TooManyInputs) as exc:
         raise type(exc)(_in_request_terms(exc.message, owners, batch), headers=exc.headers) from None
+    results, headers = ran.results, ran_headers(ran)
     if not body.truncate:
         cut = next((owners[k] for k, r in enumerate(results) if r["truncated"]), None)
         if cut is not None:
@@ -248,7 +250,7 @@ async def zero_shot(body: ZeroShotBody, request: Request) -> Response:
     answers, k = [], 0
     for one in inputs:
         n = len(one.candidate_labels)
-        answers.append(zero_shot_answer(one, results[k:k + n], entry.config.labels, entry.name))
+        answers.append(zero_shot_answer(one, results[k:k + n], ran.entry.config.labels, ran.entry.name))
         k += n
     document = {"results": answers} if batch else answers[0]
     return Response(ANSWER_JSON.dump_json(document), media_type="application/json", headers=headers)

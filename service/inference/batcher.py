@@ -131,8 +131,8 @@ class Batcher:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
 
     def check_room(self, count: int) -> None:
-        """503 while closing, 429 when `count` more items would not fit the queue. Routes call
-        it before tokenizing too, so shed requests cost no tokenization."""
+        """503 while closing, 429 when `count` more items would not fit the queue. Engine.check
+        calls it before the text checks and any tokenizing, so shed requests cost little."""
         if self._closing:
             raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
         if self._count + count > self.max_queue:
@@ -144,11 +144,10 @@ class Batcher:
 
     def submit(self, inputs: Sequence[Any], deadline: float, *, batch: bool = False,
                explain: bool = False) -> asyncio.Future:
-        """Queue a request's inputs (objects with the task's fields, checked by the route)
-        together or not at all (429 when they do not all fit). The future gets a Done (with
-        `explain`, carrying each input's tokens and explanation), or InvalidInput naming the
-        first input with no tokens (`inputs[i]` when `batch`)."""
-        self.check_room(len(inputs))
+        """Queue a request's inputs (objects with the task's fields) together. Their room is
+        checked once, by the caller, with no await between (Engine.enqueue through Engine.check,
+        `check_room`). The future gets a Done (with `explain`, carrying each input's tokens and
+        explanation), or InvalidInput naming the first input with no tokens (`inputs[i]` when `batch`)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not inputs:

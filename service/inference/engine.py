@@ -116,7 +116,8 @@ class Engine:
     def enqueue(self, inputs: Sequence[Any], *, deadline: float, batch: bool = False,
                 explain: bool = False) -> Pending:
         """Check `inputs` and queue them, together or not at all; `deadline` is in
-        loop.time(). The batcher tokenizes them in the inference thread."""
+        loop.time(). The batcher tokenizes them in the inference thread. `check` is the only
+        room check: nothing awaits between it and the queueing."""
         self.check(inputs, batch)
         if asyncio.get_running_loop().time() >= deadline:
             raise DeadlineExceeded(f"no answer within {self.settings.request_timeout_ms:.0f} ms "

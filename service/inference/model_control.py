@@ -8,7 +8,7 @@ A change never fails a request. A version is loaded and warmed up over every sha
 at before it takes traffic (`Service.load_entry`); then it replaces the old load of the same
 version in one assignment (`Service.publish`), and the old load serves the requests already
 queued on it (its engine drains) and is freed. A request that resolved the old load before the
-switch and reaches its engine after it follows `ModelEntry.replaced_by` (service.http.routes.run). A
+switch and reaches its engine after it follows `ModelEntry.replaced_by` (service.inference.dataplane.run). A
 bundle that cannot be loaded (checksum, shape, corrupt file, a task other than the model's) leaves
 the old load serving; the reason is in the repository index, /v1/models, the log and
 `attserve_model_load_failures_total`.
@@ -354,7 +354,7 @@ class ModelControl:
 
     def _remove(self, entry: ModelEntry, replaced_by: ModelEntry | None = None) -> None:
         """Take `entry` out of service: a request that still holds it goes to `replaced_by`
-        (service.http.routes.run); its queued requests finish, then it is freed."""
+        (service.inference.dataplane.run); its queued requests finish, then it is freed."""
         entry.replaced_by = replaced_by
         entry.retired = True
         if entry.engine is not None:

@@ -234,7 +234,7 @@ def test_a_reload_frees_the_old_session_without_a_collector_pass(versioned):
 
 def test_a_request_whose_version_was_unloaded_meanwhile_goes_to_the_default_unless_it_named_it(versioned):
     from service.inference.errors import UnknownModel
-    from service.http.routes import current_load
+    from service.inference.dataplane import current_load
 
     async def scenario():
         async with running_app(settings(versioned, model_control_mode="explicit")) as (app, client):

@@ -197,7 +197,7 @@ def test_a_request_naming_a_version_that_reloads_meanwhile_follows_the_new_load(
     to the new one: without `replaced_by` it would be a 422."""
     import os
 
-    from service.http.routes import current_load
+    from service.inference.dataplane import current_load
 
     async def scenario():
         async with running_app(settings(versioned, model_control_mode="explicit")) as (app, client):

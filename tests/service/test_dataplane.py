@@ -1,0 +1,60 @@
+"""The dataplane (service.inference.dataplane): one path from a validated request to its answers,
+on which each check runs once per request."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+
+from service.inference.batcher import Batcher
+from service.inference.engine import Engine
+from service.inference.registry import Service
+from service.settings import Settings
+from tests.bundles import running_app
+
+
+def counting(counts: Counter, name: str, method):
+    def counted(*args, **kwargs):
+        counts[name] += 1
+        return method(*args, **kwargs)
+
+    return counted
+
+
+def test_each_check_runs_once_for_an_entailment_request_with_inputs(service_bundles, monkeypatch):
+    """The drain, the model's resolution, the engine's checks and the room in the queue: each
+    once for one /entailment request with `inputs` (the task route and the engine's queueing
+    each checked the drain and the room again)."""
+    counts: Counter = Counter()
+    monkeypatch.setattr(Service, "resolve", counting(counts, "resolve", Service.resolve))
+    monkeypatch.setattr(Engine, "check", counting(counts, "engine.check", Engine.check))
+    monkeypatch.setattr(Batcher, "check_room", counting(counts, "check_room", Batcher.check_room))
+    drain_readers: Counter = Counter()
+
+    def read_draining(service):
+        drain_readers[sys._getframe(1).f_code.co_qualname] += 1
+        return service.__dict__["_counted_draining"]
+
+    def write_draining(service, value):
+        service.__dict__["_counted_draining"] = value
+
+    # Service sets `draining` in __init__: a property with a setter takes that assignment
+    monkeypatch.setattr(Service, "draining", property(read_draining, write_draining), raising=False)
+    body = {"inputs": [{"premise": "a man sleeps", "hypothesis": "a person rests"},
+                       {"premise": "a dog runs", "hypothesis": "an animal moves"}]}
+
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles, max_batch_delay_ms=1)) as (app, client):
+            counts.clear()
+            drain_readers.clear()
+            response = await client.post("/entailment", json=body)
+            return response, Counter(counts), Counter(drain_readers)  # before the shutdown's drain
+
+    response, counts, drain_readers = asyncio.run(scenario())
+    assert response.status_code == 200, response.text
+    assert len(response.json()["results"]) == 2
+    assert counts == {"resolve": 1, "engine.check": 1, "check_room": 1}
+    # the body reader's own look (a drain cuts a body read short) is not the request's check
+    drain_readers.pop("BodyReader.read", None)
+    assert sum(drain_readers.values()) == 1, drain_readers
