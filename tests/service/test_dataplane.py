@@ -58,3 +58,31 @@ def test_each_check_runs_once_for_an_entailment_request_with_inputs(service_bund
     # the body reader's own look (a drain cuts a body read short) is not the request's check
     drain_readers.pop("BodyReader.read", None)
     assert sum(drain_readers.values()) == 1, drain_readers
+
+
+DRAINING_REQUESTS = {
+    "/entailment": {"premise": "a man sleeps", "hypothesis": "a person rests"},
+    "/zero-shot": {"text": "the match ended in a draw", "candidate_labels": ["sport", "politics"]},
+    "/tokenize": {"text": "a short text"},
+    "/v2/models/sentiment/infer": {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["fine"]}]},
+}
+
+
+def test_every_inference_endpoint_is_refused_while_draining(service_bundles):
+    """Admission is the dataplane's, so a draining server refuses every inference endpoint the
+    same way (/tokenize used to answer on)."""
+    async def scenario():
+        async with running_app(Settings(model_repository=service_bundles, max_batch_delay_ms=1)) as (app, client):
+            before = {path: (await client.post(path, json=body)).status_code for path, body in DRAINING_REQUESTS.items()}
+            app.state.service.draining = True  # the flag alone: the batchers keep running
+            during = {path: await client.post(path, json=body) for path, body in DRAINING_REQUESTS.items()}
+            app.state.service.draining = False
+            return before, during
+
+    before, during = asyncio.run(scenario())
+    assert before == dict.fromkeys(DRAINING_REQUESTS, 200)
+    for path, response in during.items():
+        assert response.status_code == 503 and response.headers["retry-after"] == "1", (path, response.text)
+        error = response.json()["error"]
+        assert error == "the server is shutting down" if path.startswith("/v2/") else \
+            error["code"] == "shutting_down", (path, error)
