@@ -23,6 +23,7 @@ from service.http.errors import install_error_handlers
 from service.metrics import sample_worker_process, watch_event_loop
 from service.inference.model_control import ModelControl
 from service.http.oip import router as oip_router
+from service.http.predict import router as predict_router
 from service.inference.registry import Service
 from service.http.repository_api import router as repository_router
 from service.http.routes import router
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(zero_shot_router)  # an entailment composition, no task of its own
+    app.include_router(predict_router)  # Text Embeddings Inference's contract over the tasks
     if settings.model_control_mode != "none":
         app.include_router(repository_router)  # before the protocol's /v2/models routes
     app.include_router(oip_router)

@@ -57,10 +57,18 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     /v2/repository (tritonclient shows the string; an object there breaks its exception)."""
     if path.startswith("/v2/repository/"):
         return JSONResponse({"error": message, "code": code}, status_code=status, headers=headers)
+    if path == "/predict":  # Text Embeddings Inference's shape, which its clients parse
+        return JSONResponse({"error": message, "error_type": tei_error_type(status), "code": code},
+                            status_code=status, headers=headers)
     if path == "/v2" or path.startswith("/v2/"):
         return JSONResponse({"error": message}, status_code=status, headers=headers)
     return JSONResponse({"error": {"code": code, "message": message, **(extra or {})}}, status_code=status,
                         headers=headers)
+
+
+def tei_error_type(status: int) -> str:
+    """Text Embeddings Inference's `error_type` for a status (its router's ErrorType)."""
+    return {429: "overloaded", 503: "unhealthy"}.get(status, "validation" if status < 500 else "backend")
 
 
 def endpoints(app: Any) -> list[str]:
