@@ -36,7 +36,7 @@ from core.tasks.base import TaskForm
 from service.http.errors import EndpointBody, register_body
 from service.http.routes import (ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, ran_headers,
                                  refuse_truncated, run_request, service_of)
-from service.http.schemas import ErrorBody, ModelName, Text, _Body
+from service.http.schemas import ModelName, Text, _Body
 from service.inference.registry import Service
 
 ENDPOINT = "/predict"
@@ -98,6 +98,14 @@ register_body(ENDPOINT, EndpointBody('{"inputs": "a text"} or {"inputs": ["a pre
                                      batch=False))
 
 
+class TeiError(BaseModel):
+    """Text Embeddings Inference's error body (service.http.errors.error_response)."""
+
+    error: str = Field(description="what was wrong, and what to send instead")
+    error_type: Literal["validation", "overloaded", "unhealthy", "backend"]
+    code: str = Field(description="the service's stable code (docs/errors.md)")
+
+
 class Score(BaseModel):
     label: str
     score: float
@@ -126,7 +134,7 @@ router = APIRouter()
 
 
 @router.post(ENDPOINT, response_model=list[Score] | list[list[Score]], tags=["inference"], name="predict",
-             responses={code: {"model": ErrorBody} for code in (404, 413, 415, 422, 429, 503, 504)})
+             responses={code: {"model": TeiError} for code in (404, 413, 415, 422, 429, 503, 504)})
 async def predict(body: PredictRequest, request: Request) -> Response:
     """Text Embeddings Inference's classification route: a text (a classifier answers), a pair
     (an entailment model answers), or a list of either; labels and scores, best first."""

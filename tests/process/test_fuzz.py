@@ -72,7 +72,7 @@ def test_schema_covers_every_endpoint(live_server):
     v2 = {"/v2", "/v2/health/live", "/v2/health/ready"} | {
         f"/v2/models/{{name}}{version}{action}" for version in ("", "/versions/{version}") for action in ("", "/ready", "/infer", "/config")}
     tasks = {task.endpoint for task in TASKS.values()}  # every task of the registry (core.tasks)
-    assert set(paths) == tasks | {"/health/live", "/health/ready", "/v1/models", "/metrics", "/tokenize", "/zero-shot"} | v2
+    assert set(paths) == tasks | {"/health/live", "/health/ready", "/v1/models", "/metrics", "/tokenize", "/zero-shot", "/predict"} | v2
     assert {"/classify", "/entailment", "/verify", "/rerank", "/paraphrase"} <= tasks
 
 
