@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import typer
@@ -257,6 +258,17 @@ def write_import(config: BundleConfig, model: bytes, tokenizer: bytes, their_con
     (out / CONFIG_FILE).write_text(config.model_dump_json(indent=2, exclude_none=True) + "\n", encoding="utf-8")
 
 
+def probe_texts(task_name: str) -> list[tuple[str, ...]]:
+    """PARITY_PAIRS in the task's form: single texts for a classifier, (evidence, claim) pairs
+    for verification, one query and several texts for a reranker."""
+    task = TASKS[task_name]
+    if task.form is TaskForm.TEXT:
+        return [p[:1] for p in PARITY_PAIRS]
+    if task.form is TaskForm.PAIR or task.labelled:
+        return list(PARITY_PAIRS)
+    return [(PARITY_PAIRS[0][0], hypothesis) for _, hypothesis in PARITY_PAIRS]
+
+
 def check_parity(bundle: Path, reference: Path) -> Parity:
     """Served logits (onnxruntime through the service's runtime; a reranker's scores) against
     transformers' forward of the weights at `reference`, on PARITY_PAIRS (single texts for a
@@ -271,13 +283,7 @@ def check_parity(bundle: Path, reference: Path) -> Parity:
 
     config = load_bundle(bundle).config
     spec = config.transformers
-    task = TASKS[config.task]
-    if task.form is TaskForm.TEXT:
-        texts = [p[:1] for p in PARITY_PAIRS]
-    elif task.form is TaskForm.PAIR or task.labelled:  # verification: (evidence, claim) pairs
-        texts = PARITY_PAIRS
-    else:  # rerank: one query, several texts
-        texts = [(PARITY_PAIRS[0][0], hypothesis) for _, hypothesis in PARITY_PAIRS]
+    texts = probe_texts(config.task)
     model = AutoModelForSequenceClassification.from_pretrained(str(reference)).eval()
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(bundle / TOKENIZER_FILE))
     tokenizer.pad_token_id = spec.pad_id
@@ -298,8 +304,6 @@ def served_logits(runtime: Any, texts: list[tuple[str, ...]]) -> tuple[Any, Any]
     """The runtime's logits of each text (or pair) run alone and all together, (n, C); for
     verification each (evidence, claim) pair as a claim with one sentence; a reranker's (pairs
     of one query): each text alone, then all of them as the query's list."""
-    from types import SimpleNamespace
-
     import numpy as np
 
     from service.inference.tasks import encode
@@ -317,6 +321,106 @@ def served_logits(runtime: Any, texts: list[tuple[str, ...]]) -> tuple[Any, Any]
     scores = [runtime.run_call([e.item]).per_text[0] for e in alone]
     [together] = encode(runtime, [SimpleNamespace(**{first: texts[0][0], listed: [t for _, t in texts]})])
     return np.array(scores), np.array(runtime.run_call([together.item]).per_text[0])[:, None]
+
+
+def read_dev(path: Path, task: str) -> list[tuple[str, ...]]:
+    """The inputs of a dev file, one JSON object a line with the task's fields ({"text": ...},
+    {"premise": ..., "hypothesis": ...}); ImportRefused for a line without them."""
+    fields = TASKS[task].field_names
+    texts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            record = json.loads(line)
+            if not isinstance(record, dict) or any(not isinstance(record.get(f), str) for f in fields):
+                raise ImportRefused(f"{path}:{n}: each line is a JSON object with the texts {list(fields)}")
+            texts.append(tuple(record[f] for f in fields))
+    if not texts:
+        raise ImportRefused(f"{path}: no inputs")
+    return texts
+
+
+def served_scores(runtime: Any, texts: list[tuple[str, ...]]) -> tuple[Any, Any]:
+    """What the service answers for `texts` (softmax(logits / T); a reranker's sigmoid), each
+    run alone and all as one batch."""
+    import numpy as np
+
+    from service.inference.runtime import softmax
+
+    alone, together = served_logits(runtime, texts)
+    if runtime.config.labels:
+        return softmax(alone, runtime.config.temperature), softmax(together, runtime.config.temperature)
+    return 1 / (1 + np.exp(-alone.astype(np.float64))), 1 / (1 + np.exp(-together.astype(np.float64)))
+
+
+def quantize_int8(model: bytes, work: Path) -> bytes:
+    """The graph with its weights quantized to int8 (onnxruntime's dynamic quantization)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "fp32.onnx").write_bytes(model)
+    quantize_dynamic(work / "fp32.onnx", work / "int8.onnx", weight_type=QuantType.QInt8)
+    return (work / "int8.onnx").read_bytes()
+
+
+def int8_report(fp32: Path, int8: Path, texts: list[tuple[str, ...]], source: str, repeats: int = 20) -> dict:
+    """The int8 bundle against the fp32 one on `texts` (one batch): the largest score difference,
+    the median time of a call of each and its ratio (measured here, on this machine), and how far
+    an input's int8 scores move with its batch-mates (dynamic quantization scales activations over
+    the whole batch)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    from service.inference.runtime import CPU, ModelRuntime
+    from service.inference.tasks import encode
+
+    runtimes = [ModelRuntime.load(bundle, [CPU], 1) for bundle in (fp32, int8)]
+    (_, fp32_scores), (int8_alone, int8_scores) = (served_scores(r, texts) for r in runtimes)
+    task = TASKS[runtimes[0].config.task]
+    medians = []
+    for runtime in runtimes:
+        if task.list_field is None:
+            items = [e.item for e in encode(runtime, [SimpleNamespace(**dict(zip(task.field_names, t))) for t in texts])]
+        else:  # timed as served_logits runs it
+            items = None
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            runtime.run_call(items) if items is not None else served_logits(runtime, texts)
+            times.append(time.perf_counter() - start)
+        medians.append(statistics.median(times))
+    return {"quantization": "onnxruntime.quantization.quantize_dynamic, weights QInt8",
+            "dev": source, "examples": len(texts),
+            "max_abs_score_diff": float(np.abs(int8_scores - fp32_scores).max()),
+            "argmax_changes": int((int8_scores.argmax(-1) != fp32_scores.argmax(-1)).sum()) if task.labelled else 0,
+            "max_abs_batch_dependence": float(np.abs(int8_alone - int8_scores).max()),
+            "fp32_call_ms": round(medians[0] * 1000, 3), "int8_call_ms": round(medians[1] * 1000, 3),
+            "speedup": round(medians[0] / medians[1], 3)}
+
+
+def make_int8(config: BundleConfig, model: bytes, tokenizer: bytes, their: bytes, staging: Path,
+              dev: Path | None) -> BundleConfig:
+    """Replace the fp32 bundle at `staging` by its int8 twin, measured against it (int8_report);
+    the fp32 parity moves into the report (the int8 graph's logits are not transformers')."""
+    texts = read_dev(dev, config.task) if dev is not None else probe_texts(config.task)
+    source = dev.name if dev is not None else f"the {len(texts)} parity examples (no --dev)"
+    work = staging.parent / f".{staging.name}.int8"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        quantized = quantize_int8(model, work / "quantize")
+        digest = hashlib.sha256(quantized).hexdigest()
+        int8_config = config.model_copy(update={"version": digest[:12], "model_sha256": digest, "parity": None})
+        write_import(int8_config, quantized, tokenizer, their, work / "bundle")
+        report = int8_report(staging, work / "bundle", texts, source)
+        if config.parity is not None:
+            report["fp32_parity_max_abs_diff"] = config.parity.max_abs_diff
+        int8_config = int8_config.model_copy(update={"metrics": {**config.metrics, "int8": report}})
+        shutil.rmtree(staging)
+        write_import(int8_config, quantized, tokenizer, their, staging)
+        return int8_config
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _has_weights(path: Path) -> bool:
@@ -339,6 +443,11 @@ def import_hf(
     reference: Optional[Path] = typer.Option(None, "--reference", help="The PyTorch weights' folder for the parity "
                                              "check (default: the source folder when it holds them)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle already at --out."),
+    int8: bool = typer.Option(False, "--int8", help="Serve the graph with int8 weights (onnxruntime's dynamic "
+                              "quantization); its speed-up and largest score difference go into the config's "
+                              "metrics.int8."),
+    dev: Optional[Path] = typer.Option(None, "--dev", exists=True, dir_okay=False, help="--int8: a JSONL file of "
+                                       "inputs (the task's fields) to measure it on (default: the parity examples)."),
 ) -> None:
     """Import a Hugging Face sequence classifier exported to ONNX as a served bundle (docs/transformers.md)."""
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
@@ -376,6 +485,17 @@ def import_hf(
             config = config.model_copy(update={"parity": parity})
             write_import(config, model, tokenizer, their, staging)
             typer.echo(f"parity: max |logits - transformers| {parity.max_abs_diff:.2e} over {parity.examples} inputs")
+    if int8:
+        try:
+            config = make_int8(config, model, tokenizer, their, staging, dev)
+        except (ImportRefused, ValueError) as exc:
+            shutil.rmtree(staging)
+            typer.echo(f"attserve bundle import-hf: {exc}", err=True)
+            raise typer.Exit(2) from None
+        report = config.metrics["int8"]
+        typer.echo(f"int8: max |score - fp32| {report['max_abs_score_diff']:.2e} on {report['dev']} "
+                   f"({report['examples']} inputs), {report['speedup']:.2f}x ({report['fp32_call_ms']} ms -> "
+                   f"{report['int8_call_ms']} ms a batch of {report['examples']})")
     if out.exists():  # --force, or an empty folder
         shutil.rmtree(out)
     staging.rename(out)

@@ -324,3 +324,51 @@ def test_parity_refuses_weights_the_graph_does_not_match(imported, tmp_path):
     assert typed.exit_code == 2 and "differ from transformers' forward by 5.00e-01" in typed.output, typed.output
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["bert-nli"]  # no staging folder left
+
+
+def test_int8_import_records_the_score_difference_it_measured(imported, tmp_path):
+    """--int8 --dev FILE: the bundle's graph is int8 (smaller, another checksum), it loads and
+    answers, and its metrics.int8 holds the largest |score - fp32 score| on the dev inputs as one
+    batch, recomputed here from the fp32 bundle, plus a timing of each."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from service.inference.runtime import softmax
+
+    export, fp32 = imported["bert"]
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps({"premise": a, "hypothesis": b}) + "\n" for a, b in PAIRS), encoding="utf-8")
+    out = tmp_path / "bert-nli-int8"
+    typed = CliRunner().invoke(app, ["bundle", "import-hf", str(export), "--task", "entailment", "-o", str(out),
+                                     "--int8", "--dev", str(dev)])
+    assert typed.exit_code == 0, typed.output
+    config = load_bundle(out).config
+    report = config.metrics["int8"]
+    assert report["dev"] == "dev.jsonl" and report["examples"] == len(PAIRS)
+    assert (out / "model.onnx").stat().st_size < (fp32 / "model.onnx").stat().st_size
+    assert config.model_sha256 != load_bundle(fp32).config.model_sha256 and config.parity is None
+    scores = []
+    for bundle in (fp32, out):
+        runtime = ModelRuntime.load(bundle, [CPU], 1)
+        logits = runtime.run_call([e.item for e in items(runtime, PAIRS)]).logits
+        scores.append(softmax(logits, runtime.config.temperature))
+    measured = float(np.abs(scores[1] - scores[0]).max())
+    assert 0 < measured < 0.2  # int8 moves the scores, a little
+    assert report["max_abs_score_diff"] == pytest.approx(measured, abs=1e-12)
+    assert report["fp32_call_ms"] > 0 and report["int8_call_ms"] > 0
+    assert report["speedup"] == pytest.approx(report["fp32_call_ms"] / report["int8_call_ms"], rel=1e-2)
+    assert f"int8: max |score - fp32| {measured:.2e} on dev.jsonl" in typed.output
+
+
+def test_int8_import_without_dev_file_says_what_it_measured_on(imported, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    export, _ = imported["roberta"]
+    out = tmp_path / "roberta-nli-int8"
+    typed = CliRunner().invoke(app, ["bundle", "import-hf", str(export), "--task", "entailment", "-o", str(out), "--int8"])
+    assert typed.exit_code == 0, typed.output
+    report = load_bundle(out).config.metrics["int8"]
+    assert report["dev"] == "the 4 parity examples (no --dev)" and report["examples"] == 4
+    assert "fp32_parity_max_abs_diff" in report  # the weights were beside the export: fp32 was checked
