@@ -198,7 +198,7 @@ def test_one_free_port():
 # it, then the processes over both. `python -m service` (service.__main__) is the entry point:
 # it starts the process layer.
 SERVICE_LAYERS = ("service.inference", "service.http", "service.process")
-SERVICE_SHARED = {"service", "service.settings", "service.metrics", "service.logs",
+SERVICE_SHARED = {"service", "service.settings", "service.settings_doc", "service.metrics", "service.logs",
                   "service.tracing", "service.worker_group"}
 
 
