@@ -108,3 +108,20 @@ def test_inference_client_text_classification(service_bundles, tmp_path):
     finally:
         if server.proc is not None and server.proc.poll() is None:
             server.terminate(timeout_s=30)
+
+
+def test_predict_while_draining_is_a_tei_unhealthy_503(service_bundles):
+    """Admission is the dataplane's: a draining server refuses /predict as every inference
+    endpoint, in TEI's shape (error_type "unhealthy", the service's code beside it)."""
+    async def scenario(client):
+        app = client._transport.app
+        app.state.service.draining = True
+        try:
+            return await client.post("/predict", json={"inputs": TEXTS[0]})
+        finally:
+            app.state.service.draining = False
+
+    response = run(service_bundles, scenario)
+    assert response.status_code == 503 and response.headers["retry-after"] == "1", response.text
+    assert response.json() == {"error": "the server is shutting down", "error_type": "unhealthy",
+                               "code": "shutting_down"}
