@@ -163,6 +163,10 @@ class TransformersGraph(BaseModel):
     pad_id: int = Field(ge=0)
     source_labels: list[str] = Field(description="their config's id2label, in logits order")
     source_config: str = Field(description="their config.json, kept under this name beside ours")
+    inputs_per_call: int | None = Field(None, ge=1, description=(
+        "at most this many inputs in one graph call (None: the service's batch size); int8 graphs "
+        "take 1: dynamic quantization scales activations over the whole call, so an input's scores "
+        "would move with its batch-mates"))
 
     @model_validator(mode="after")
     def _feeds(self) -> "TransformersGraph":

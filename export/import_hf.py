@@ -410,7 +410,10 @@ def make_int8(config: BundleConfig, model: bytes, tokenizer: bytes, their: bytes
     try:
         quantized = quantize_int8(model, work / "quantize")
         digest = hashlib.sha256(quantized).hexdigest()
-        int8_config = config.model_copy(update={"version": digest[:12], "model_sha256": digest, "parity": None})
+        # one input per graph call: dynamic quantization's activation scales span the whole call
+        one_per_call = config.transformers.model_copy(update={"inputs_per_call": 1})
+        int8_config = config.model_copy(update={"version": digest[:12], "model_sha256": digest, "parity": None,
+                                                "transformers": one_per_call})
         write_import(int8_config, quantized, tokenizer, their, work / "bundle")
         report = int8_report(staging, work / "bundle", texts, source)
         if config.parity is not None:

@@ -97,7 +97,7 @@ class Batcher:
     def __init__(self, runtime: ModelRuntime, settings: Settings, metrics: Metrics) -> None:
         self.runtime = runtime
         self.name = runtime.name
-        self.max_batch_size = settings.max_batch_size
+        self.max_batch_size = runtime.inputs_per_call(settings.max_batch_size)
         self.max_batch_tokens = settings.max_batch_tokens
         self.max_delay_s = settings.max_batch_delay_ms / 1000.0
         self.max_queue = settings.max_queue

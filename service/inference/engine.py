@@ -57,8 +57,9 @@ def warm_up(runtime: ModelRuntime, settings: Settings) -> float:
     with the grid, every grid shape) once, and measure the cost of a graph call unless
     configured; seconds taken. The service (before a model is ready) and the bench's in-process
     engine warm up through here."""
-    runtime.use_batch_grid(settings.max_batch_size if settings.batch_grid_for(runtime.provider) else None)
-    return runtime.warmup(settings.max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
+    max_batch_size = runtime.inputs_per_call(settings.max_batch_size)
+    runtime.use_batch_grid(max_batch_size if settings.batch_grid_for(runtime.provider) else None)
+    return runtime.warmup(max_batch_size, settings.max_batch_tokens, settings.call_overhead_tokens)
 
 
 # a request still waiting after this long starts watching for its client's disconnect

@@ -327,6 +327,11 @@ class ModelRuntime:
                 at += 1
         return tokens
 
+    def inputs_per_call(self, max_batch_size: int) -> int:
+        """The most inputs one graph call may take: the service's `max_batch_size`, unless the
+        graph's answers would then depend on the rest of the call (TransformersRuntime: int8)."""
+        return max_batch_size
+
     def use_batch_grid(self, max_batch_size: int | None) -> None:
         """Pad every call's batch dimension to the grid of `max_batch_size` (None: no grid)."""
         self.batch_sizes = batch_grid(max_batch_size) if max_batch_size is not None else None
@@ -672,6 +677,9 @@ class TransformersRuntime(ModelRuntime):
         except Exception as exc:  # tokenizers raises plain Exception; the template check ValueError
             raise BundleError(f"{bundle.tokenizer_path}: {exc}") from None
         return cls(bundle, session, threads, encoder)
+
+    def inputs_per_call(self, max_batch_size: int) -> int:
+        return min(max_batch_size, self.config.transformers.inputs_per_call or max_batch_size)
 
     def make_item(self, ids: Sequence) -> Item:
         """`ids` per text field of the task: their sequence, joined by the tokenizer's template
