@@ -30,24 +30,9 @@ from core.transformers_bundle import (
     KIND,
     LOGITS,
     TRANSFORMERS_CONFIG_FILE,
-    UNDECIDED_LABEL,
     TemplateEncoder,
 )
 
-# Each task's label names and the names a model's config may give them (lower-cased, "-" and
-# " " read as "_"). A classification model keeps its own names.
-LABEL_SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "entailment": {"entailment": ("entailment", "entails", "entailed", "entail"),
-                   "neutral": ("neutral",),
-                   "contradiction": ("contradiction", "contradicts", "contradictory", "contradict"),
-                   "not_entailment": ("not_entailment", "non_entailment", "not_entailed")},
-    # a pair model's labels read as a claim's (evidence as the premise, the claim as the hypothesis)
-    "verification": {"SUPPORTS": ("supports", "supported", "entailment", "entails", "entailed"),
-                     "REFUTES": ("refutes", "refuted", "contradiction", "contradicts", "contradictory"),
-                     UNDECIDED_LABEL: ("not_enough_info", "nei", "neutral")},
-    "paraphrase": {"paraphrase": ("paraphrase", "equivalent", "duplicate", "is_duplicate", "1"),
-                   "not_paraphrase": ("not_paraphrase", "not_equivalent", "not_duplicate", "0")},
-}
 # names a config writes when nobody named the labels (transformers' default id2label)
 _GENERIC = re.compile(r"^label_?\d+$", re.IGNORECASE)
 # model types whose position ids start after the padding id (RoBERTa's create_position_ids):
@@ -72,7 +57,7 @@ def _norm(name: str) -> str:
 
 def map_labels(task: str, source: list[str], given: list[str] | None = None) -> list[str]:
     """The task's names of the model's labels `source` (logits order): `given` when the user
-    named them, else by LABEL_SYNONYMS (a classification model keeps its own names). Refused
+    named them, else by the task's label_synonyms (a classification model keeps its own). Refused
     when a name fits no label of the task, two fit the same one, or names are transformers'
     placeholders (LABEL_0, ...)."""
     if given is not None:
@@ -84,13 +69,14 @@ def map_labels(task: str, source: list[str], given: list[str] | None = None) -> 
         raise ImportRefused(f"the model's config names its labels {source} (transformers' placeholders): say what "
                             f"each logit means with --labels, in logits order, e.g. --labels "
                             f"{','.join(_example_labels(task, len(source)))}")
-    elif task not in LABEL_SYNONYMS:
+    elif not TASKS[task].label_synonyms:
         labels = source
     else:
-        table = {_norm(alias): ours for ours, aliases in LABEL_SYNONYMS[task].items() for alias in aliases}
+        synonyms = TASKS[task].label_synonyms
+        table = {_norm(alias): ours for ours, aliases in synonyms.items() for alias in aliases}
         unknown = [name for name in source if _norm(name) not in table]
         if unknown:
-            raise ImportRefused(f"labels {unknown} of the model fit no {task} label ({sorted(LABEL_SYNONYMS[task])}); "
+            raise ImportRefused(f"labels {unknown} of the model fit no {task} label ({sorted(synonyms)}); "
                                 f"name each logit with --labels, in logits order ({source})")
         labels = [table[_norm(name)] for name in source]
     if len(set(labels)) != len(labels):
@@ -98,17 +84,16 @@ def map_labels(task: str, source: list[str], given: list[str] | None = None) -> 
                             "--labels, in logits order")
     if len(labels) < 2:
         raise ImportRefused(f"a {task} model needs at least 2 logits, this one has {len(labels)}")
-    if task == "entailment" and "entailment" not in labels:
-        raise ImportRefused(f"no label of {source} means entailment; an entailment bundle needs one (/zero-shot reads "
-                            "it); name each logit with --labels")
-    if task == "verification" and UNDECIDED_LABEL not in labels:
-        raise ImportRefused(f"no label of {source} means neutral ({UNDECIDED_LABEL!r}): /verify keeps the evidence "
-                            "sentence that most decides the claim, the least neutral; name each logit with --labels")
+    required = TASKS[task].required_label
+    if required is not None and required[0] not in labels:
+        label, meaning, why = required
+        raise ImportRefused(f"no label of {source} means {meaning} ({label!r}): a {task} bundle needs one ({why}); "
+                            "name each logit with --labels")
     return labels
 
 
 def _example_labels(task: str, n: int) -> list[str]:
-    known = list(LABEL_SYNONYMS.get(task, {}))
+    known = list(TASKS[task].label_synonyms)
     return known[:n] if len(known) >= n else [f"name{i}" for i in range(n)]
 
 

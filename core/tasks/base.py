@@ -62,6 +62,11 @@ class Task:
     formats: tuple[str, ...] = ()
     # one input, as a client writes it: the API docs', the UI's and the error messages' example
     example: dict[str, Any] = field(default_factory=dict)
+    # a model made elsewhere (`attserve bundle import-hf`): each label of the task and the names a
+    # model's config may give it (lower case, "_" for "-" and " "); none: the model keeps its own
+    label_synonyms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the label such a model must have: (label, what it means in a model's words, why it is needed)
+    required_label: tuple[str, str, str] | None = None
 
     @property
     def form(self) -> TaskForm:

@@ -9,6 +9,11 @@ TASK = Task(
     datasets=("snli", "sick", "wikiqa", "scitail", "mnli", "xnli", "qnli", "nli-mix", "fever-nli"),
     formats=("snli-jsonl", "snli-txt", "scitail-tsv", "nli-jsonl", "sick", "wikiqa-tsv"),
     example={"premise": "A man is playing a guitar on stage.", "hypothesis": "A person is making music."},
+    label_synonyms={"entailment": ("entailment", "entails", "entailed", "entail"),
+                    "neutral": ("neutral",),
+                    "contradiction": ("contradiction", "contradicts", "contradictory", "contradict"),
+                    "not_entailment": ("not_entailment", "non_entailment", "not_entailed")},
+    required_label=("entailment", "entailment", "/zero-shot reads it"),
 )
 
 # The label names, over the entailment datasets, that mean "the premise entails the hypothesis"

@@ -12,4 +12,6 @@ TASK = Task(
     formats=("msrp",),
     example={"sentence1": "The company's shares rose 5% after it reported record profits.",
              "sentence2": "After posting record earnings, the firm saw its stock climb five percent."},
+    label_synonyms={"paraphrase": ("paraphrase", "equivalent", "duplicate", "is_duplicate", "1"),
+                    "not_paraphrase": ("not_paraphrase", "not_equivalent", "not_duplicate", "0")},
 )

@@ -14,4 +14,10 @@ TASK = Task(
     formats=("fever-jsonl", "fever-csv"),
     example={"claim": "The Eiffel Tower is in Berlin.",
              "evidence": ["The Eiffel Tower is a wrought-iron lattice tower in Paris, France."]},
+    # a pair model's labels read as a claim's (evidence as the premise, the claim as the hypothesis)
+    label_synonyms={"SUPPORTS": ("supports", "supported", "entailment", "entails", "entailed"),
+                    "REFUTES": ("refutes", "refuted", "contradiction", "contradicts", "contradictory"),
+                    "NOT ENOUGH INFO": ("not_enough_info", "nei", "neutral")},
+    required_label=("NOT ENOUGH INFO", "neutral", "/verify keeps the evidence sentence that most decides the claim, "
+                                                  "the least neutral"),
 )
