@@ -405,6 +405,7 @@ def test_serving_code_loads_files_only_through_onnxruntime_and_tokenizers():
     build themselves), and the two loaders."""
     allowed = {"numpy", "onnxruntime", "tokenizers", "fastapi", "starlette", "pydantic", "pydantic_settings",
                "prometheus_client", "uvicorn", "typer", "service", "core",
+               "rich",  # typer's help renderer (service/process/commands.py escapes the flags' help): prints, loads no file
                "httptools",  # service/http/http.py: uvicorn's own parser, for its exception classes
                "google",  # protobuf (onnxruntime's own dependency): core/bundle.py reads where tensors keep their data
                "opentelemetry"}  # service/tracing.py, only with ATTSERVE_OTLP_ENDPOINT: writes spans, reads nothing
