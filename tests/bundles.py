@@ -102,6 +102,17 @@ def service_bundles(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture
+def versioned(service_bundles, tmp_path) -> Path:
+    """A repository with fever as versions 1 and 2 (Triton's numbered folders) and nli flat (its
+    version: test-1), the model-control tests' layout."""
+    repo = tmp_path / "repository"
+    for version in ("1", "2"):
+        shutil.copytree(service_bundles / "fever", repo / "fever" / version)
+    shutil.copytree(service_bundles / "nli", repo / "nli")
+    return repo
+
+
 SHIPPED_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 
 

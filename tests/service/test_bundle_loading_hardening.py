@@ -80,13 +80,9 @@ def test_the_graph_served_is_the_graph_hashed_when_the_file_is_swapped_mid_load(
 
 
 @pytest.fixture
-def repository(service_bundles, tmp_path) -> Path:
-    """fever as versions 1 and 2 (numbered folders) and nli flat (its version: test-1)."""
-    repo = tmp_path / "repository"
-    for version in ("1", "2"):
-        shutil.copytree(service_bundles / "fever", repo / "fever" / version)
-    shutil.copytree(service_bundles / "nli", repo / "nli")
-    return repo
+def repository(versioned) -> Path:
+    """fever as versions 1 and 2 (numbered folders) and nli flat (tests.bundles.versioned)."""
+    return versioned
 
 
 def index_rows(response) -> dict[tuple[str, str], dict]:

@@ -20,16 +20,6 @@ VERIFY = {"claim": "a dog runs", "evidence": ["a dog runs fast", "the sky is blu
 VERSION = "x-attserve-model-version"
 
 
-@pytest.fixture
-def versioned(service_bundles, tmp_path) -> Path:
-    """A repository with fever as versions 1 and 2 (Triton's numbered folders) and nli flat."""
-    repo = tmp_path / "repository"
-    for version in ("1", "2"):
-        shutil.copytree(service_bundles / "fever", repo / "fever" / version)
-    shutil.copytree(service_bundles / "nli", repo / "nli")
-    return repo
-
-
 def settings(repo: Path, **over) -> Settings:
     return Settings(model_repository=repo, max_batch_delay_ms=1, **over)
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import service.inference.model_control as model_control
 from tests.bundles import metric_samples, running_app
-from tests.service.test_model_control import VERIFY, VERSION, settings, versioned  # noqa: F401 (a fixture)
+from tests.service.test_model_control import VERIFY, VERSION, settings
 
 REPO = "/v2/repository/models"
 
