@@ -78,7 +78,7 @@ def engine_ceiling(runtime, examples: list, batch_sizes: list[int], seconds: flo
         t0 = time.perf_counter()
         while True:  # whole passes over the examples, so the mix of shapes is the test set's
             for batch in batches:
-                runtime.infer(batch)
+                runtime.run_call(batch)
             done += len(items)
             if time.perf_counter() - t0 >= seconds:
                 break
@@ -179,7 +179,7 @@ def raw_session(runtime, bodies: Path, seconds: float, max_batch_size: int, max_
     """Items per second of `session.run` alone on the 32-input requests of batch.jsonl (each
     request one batch, as the batcher forms them when requests arrive whole: at most
     max_batch_size items), tokenized by the service's encoder and padded into the graph calls
-    `runtime.infer_batch` plans for it, all ahead of the timing, after the service's own
+    `runtime.run_batch` plans for it, all ahead of the timing, after the service's own
     warm-up (which measures the call overhead the plan uses). Nothing but onnxruntime is timed:
     the service on the same bodies is compared with this (issue 57)."""
     from types import SimpleNamespace

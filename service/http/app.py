@@ -103,11 +103,7 @@ def _lifespan(service: Service, settings: Settings) -> Callable[[FastAPI], Abstr
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    service = Service(settings)
-    # None unless configured: the response cache (service.http.cache) and OpenTelemetry traces
-    # (service.tracing), which routes.answer and the entry point read
-    service.response_cache = ResponseCache.from_settings(settings, service.metrics)
-    service.tracing = Tracing.from_settings(settings)
+    service = Service(settings, response_cache=ResponseCache.from_settings, tracing=Tracing.from_settings(settings))
 
     app = FastAPI(
         title="attserve",

@@ -27,7 +27,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from core.bundle import CONFIG_FILE, MAX_CONFIG_BYTES, BundleConfig, BundleError, read_config
 from core.tasks import TASKS
@@ -36,6 +36,7 @@ from service.inference.errors import NoModelForTask, NotReady, UnknownModel, Wro
 from service.metrics import Metrics
 from service.inference.runtime import DeviceUnavailable, ModelRuntime, load_runtime, requested_providers
 from service.settings import Settings, available_cpus
+from service.tracing import Tracing
 
 log = logging.getLogger("service.inference.registry")
 _LOAD_IDS = itertools.count(1)
@@ -233,9 +234,16 @@ class ModelEntry:
 class Service:
     """Everything the routes need: settings, metrics, models, and the drain flag."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, response_cache: Callable[[Settings, Metrics], Any] | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics()
+        # the answers' cache, made from the settings and these metrics by `response_cache`
+        # (service.http.cache.ResponseCache.from_settings: it keys on a request's bytes, so the HTTP
+        # layer owns the class); None when off
+        self.response_cache = response_cache(settings, self.metrics) if response_cache is not None else None
+        # OpenTelemetry traces (service.tracing.Tracing.from_settings); None unless ATTSERVE_OTLP_ENDPOINT is set
+        self.tracing = tracing
         self.providers = requested_providers(settings.device)  # DEVICE=cuda without CUDA fails here
         # name -> version -> entry: every version of every model
         self.versions: dict[str, dict[str, ModelEntry]] = {}

@@ -341,7 +341,7 @@ class ModelRuntime:
         return n if self.batch_sizes is None else bucket_of(n, self.batch_sizes)
 
     def padded_tokens(self, items: Sequence[Item], calls: Sequence[Sequence[int]]) -> int:
-        """Padded tokens of a batch run as `calls` (lists of item indices, as infer_batch made
+        """Padded tokens of a batch run as `calls` (lists of item indices, as run_batch made
         them): each call pads its items to their largest bucket shape, and its rows to the grid."""
         return sum(self.rows(len(call)) * self.shape_tokens(batch_shape([items[k] for k in call])) for call in calls)
 
@@ -395,15 +395,6 @@ class ModelRuntime:
             self.session.run_with_iobinding(binding)
             return binding.copy_outputs_to_cpu()
         return self.session.run(names, feeds)
-
-    def infer_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[list[ItemOutput], list[list[int]]]:
-        """`run_batch`, as one output per item."""
-        output, calls = self.run_batch(items, explain_rows)
-        return output.items(), calls
-
-    def infer(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> list[ItemOutput]:
-        """`run_call`, as one output per item."""
-        return self.run_call(items, explain_rows).items()
 
     def run_batch(self, items: Sequence[Item], explain_rows: Sequence[int] = ()) -> tuple[BatchOutput, list[list[int]]]:
         """Run a batch in the graph calls `plan_calls` picks: the outputs in item order, and the

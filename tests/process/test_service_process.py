@@ -124,7 +124,7 @@ def test_throughput_http_vs_session(service_bundles, tmp_path):
         for item in items:
             by_shape.setdefault(item.shape, []).append(item)
         for group in by_shape.values():
-            np.stack([o.logits for o in runtime.infer(group)])
+            np.stack([o.logits for o in runtime.run_call(group).items()])
     session_rps = len(texts) / (time.perf_counter() - start)
     print(f"\nHTTP (uvicorn, concurrency 32): {http_rps:.0f} req/s; in-process session: {session_rps:.0f} inputs/s; "
           f"ratio {http_rps / session_rps:.3f}")

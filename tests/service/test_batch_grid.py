@@ -148,14 +148,14 @@ def test_padding_rows_do_not_change_a_row(service_bundles, name):
     rng = random.Random(7)
     items = [_item(runtime, rng) for _ in range(5)]
     # no grid: one row, no padding row; with explanations (row-major B x K outputs for /verify)
-    alone = [runtime.infer([item], [0])[0] for item in items]
+    alone = [runtime.run_call([item], [0]).item(0) for item in items]
     runtime.use_batch_grid(32)
     seen = []
     run = runtime.run
     runtime.run = lambda feeds, explain=False: (seen.append({k: v.shape for k, v in feeds.items()}), run(feeds, explain))[1]
     for k in range(5):  # item k alone in a grid batch of 8 whose other rows are other items and padding
         batch = [items[k]] + [it for j, it in enumerate(items) if j != k]
-        together = runtime.infer(batch, list(range(5)))
+        together = runtime.run_call(batch, list(range(5))).items()
         assert len(together) == 5 and all(out.explanation for out in together)
         got, want = together[0], alone[k]
         if want.logits is not None:  # a reranker has per-text scores only
@@ -237,10 +237,10 @@ def test_padding_rows_do_not_change_a_row_of_a_shipped_model(name):
     runtime = ModelRuntime.load(DEFAULT_MODEL_REPOSITORY / name, [CPU], 1)
     rng = random.Random(3)
     items = [_item(runtime, rng) for _ in range(3)]
-    alone = [runtime.infer([item])[0] for item in items]
+    alone = [runtime.run_call([item]).item(0) for item in items]
     runtime.use_batch_grid(32)
     for k in range(3):
-        together = runtime.infer([items[k]] + [it for j, it in enumerate(items) if j != k])  # 3 rows -> 4
+        together = runtime.run_call([items[k]] + [it for j, it in enumerate(items) if j != k]).items()  # 3 rows -> 4
         got, want = together[0], alone[k]
         if want.logits is not None:  # a reranker has per-text scores only
             assert np.abs(got.logits - want.logits).max() <= 1e-6

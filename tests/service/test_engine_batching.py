@@ -209,10 +209,11 @@ def test_a_batch_split_into_calls_answers_and_explains_each_item_as_alone(servic
     encoded = encode(runtime, inputs, explain)
     items = [e.item for e in encoded]
     rows = [i for i, flag in enumerate(explain) if flag]
-    outputs, calls = runtime.infer_batch(items, rows)
+    output, calls = runtime.run_batch(items, rows)
+    outputs = output.items()
     assert len(calls) == len({item.shape for item in items}) > 1
     for i, (item, output) in enumerate(zip(items, outputs, strict=True)):
-        alone = runtime.infer([item], [0] if explain[i] else [])[0]
+        alone = runtime.run_call([item], [0] if explain[i] else []).item(0)
         assert np.allclose(output.logits, alone.logits, atol=1e-5)
         assert np.allclose(output.per_text, alone.per_text, atol=1e-5)
         if explain[i]:
