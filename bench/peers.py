@@ -45,7 +45,7 @@ from typing import Annotated, Callable
 import typer
 
 from bench import loadgen, servers
-from bench.workloads import ENDPOINT_OF_TASK, test_examples, write_bodies
+from bench.workloads import BATCH_INPUTS, ENDPOINT_OF_TASK, test_examples, write_bodies
 from service.settings import Settings
 
 app = typer.Typer(add_completion=False)
@@ -66,6 +66,9 @@ class Arm:
     # True: the server on core 0 and wrk on core 1. False: both unpinned, for the two-process
     # arms (two workers, two replicas), which need both cores.
     pinned: bool = True
+    # what `spec` is handed: the bundle, or the Hugging Face folder it was imported from
+    # (`--hf-source`: the PyTorch weights a transformers pipeline loads)
+    serves: str = "bundle"
 
 
 def _service_spec(port: int, bundle: Path, setting: dict) -> servers.ServerSpec:
@@ -108,7 +111,34 @@ ARMS = {
                   servers.ensure_ray_venv, servers.RAY_PACKAGES, pinned=False),
     "naive-ort": Arm("naive-ort", "FastAPI + onnxruntime, unbatched (one session.run per request)", "single",
                      lambda port, bundle, s: servers.naive_ort_spec(port, bundle), ({},), None, ()),
+    # a Hugging Face classifier imported with `attserve bundle import-hf` (bench.transformer_shapes)
+    "hf-ort": Arm("hf-ort", "FastAPI + onnxruntime + tokenizers on the same model.onnx, unbatched "
+                  "(one session.run per request)", "single",
+                  lambda port, bundle, s: servers.hf_ort_spec(port, bundle), ({},), None,
+                  ("onnxruntime", "tokenizers", "fastapi")),
+    "hf-pipeline": Arm("hf-pipeline", "FastAPI + transformers pipeline('text-classification'), torch 1 thread, "
+                       "unbatched across requests", "single",
+                       lambda port, bundle, s: servers.hf_pipeline_spec(port, bundle), ({},), None,
+                       ("transformers", "torch", "fastapi"), serves="hf-source"),
 }
+SHAPES = {"single": 1, "batch": BATCH_INPUTS}  # request shape -> inputs per request
+
+
+def parse_arm(label: str) -> tuple[str, str | None]:
+    """`NAME` or `NAME@MODEL`: an arm of ARMS, on the run's `--model` or on MODEL (a bundle name
+    in model_repository/ or a path), e.g. `service@snli-attconv-light` beside a transformer."""
+    name, _, model = label.partition("@")
+    if name not in ARMS or (not model and "@" in label):
+        raise ValueError(f"unknown arm {label!r}; known: {list(ARMS)}, each optionally @MODEL")
+    return name, model or None
+
+
+def body_file_of(arm: Arm, shape: str) -> str | None:
+    """The body file (bench.workloads) an arm is sent in a request shape; None where the arm
+    cannot take it (an arm on the BentoML peer's one-input body has no 32-input form)."""
+    if shape == "single":
+        return arm.bodies
+    return "batch" if arm.bodies == "single" else None
 
 
 # --- the summary logic (tests/unit/test_bench_peers.py) -------------------------------------------
@@ -160,12 +190,17 @@ def _setting_text(setting: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in setting.items()) or "-"
 
 
+def _inputs_text(report: dict) -> str:
+    n = report.get("items_per_request", 1)
+    return "one input a request" if n == 1 else f"{n} inputs a request (items/s counts inputs)"
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"# Peers at their best (`{report['command']}`)",
         "",
         f"{report['finished_at']}, {report['machine']}; model `{report['model']}`, {report['concurrency']} "
-        f"closed-loop single-input clients (wrk, core 1), each server pinned to core 0 (arms marked unpinned: "
+        f"closed-loop clients sending {_inputs_text(report)} (wrk, core 1), each server pinned to core 0 (arms marked unpinned: "
         f"server and wrk on both cores), onnxruntime 1 thread per process; {report['rounds']} interleaved rounds of {report['duration_s']} s after a "
         f"{report['warmup_s']} s warm-up, a fresh server per run; {report['wall_s']:.0f} s in all. "
         "Latencies are wrk's closed-loop figures as measured (each connection's wait for its answer, "
@@ -194,6 +229,9 @@ def markdown(report: dict) -> str:
         lat = r.get("latency_ms", {})
         lines.append(f"| {r['round'] + 1} | {r['arm']} | {r.get('items_per_s')} | {lat.get('p50')} | {lat.get('p99')} | "
                      f"{r.get('errors', {}).get('total', r.get('error'))} | {r['load_1m']} | {r['failed']} |")
+    targets = {name: arm["target"] for name, arm in report["arms"].items() if "target" in arm}
+    if targets:
+        lines += ["", "Served: " + "; ".join(f"{k}: `{v}`" for k, v in targets.items())]
     if report["dropped"]:
         lines += ["", "Dropped arms: " + "; ".join(f"{k}: {v}" for k, v in report["dropped"].items())]
     return "\n".join(lines) + "\n"
@@ -235,15 +273,15 @@ def plot(report: dict, path: Path) -> Path:
 
 
 def _measure(arm: Arm, setting: dict, bundle: Path, path: str, body_file: Path, concurrency: int,
-             warmup: int, duration: int, log_dir: Path) -> dict:
+             warmup: int, duration: int, log_dir: Path, items_per_request: int = 1) -> dict:
     spec = arm.spec(servers.free_port(), bundle, setting)
     started = time.monotonic()
     try:
         server_cpus, wrk_cpus = ("0", "1") if arm.pinned else (None, None)
         with servers.Server(spec, server_cpus, log_dir) as server:
             start_s = time.monotonic() - started
-            loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, wrk_cpus)
-            run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, wrk_cpus)
+            loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, wrk_cpus, items_per_request)
+            run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, wrk_cpus, items_per_request)
         run["start_s"] = round(start_s, 1)
     except (servers.ServerError, loadgen.LoadGeneratorError, subprocess.TimeoutExpired) as error:
         run = {"error": str(error)[-1500:]}
@@ -273,38 +311,70 @@ def _line(prefix: str, run: dict) -> str:
             f"p99 {run['latency_ms']['p99']:.1f} ms  errors {run['errors']['total']}  load {run['load_1m']}")
 
 
-def _usable_arms(names: list[str]) -> tuple[dict[str, dict], dict[str, str]]:
-    """The arms `names` whose servers can run here (each one's framework, versions, first
-    setting), and why each of the others was dropped."""
+def _versions(a: Arm) -> str:
+    if a.ensure is None and a.packages:
+        from importlib.metadata import version
+
+        return ", ".join(f"{p} {version(p)}" for p in a.packages) + " (.venv)"
+    return ", ".join(a.packages) if a.packages else "this tree (.venv)"
+
+
+def _usable_arms(labels: list[str], shape: str) -> tuple[dict[str, dict], dict[str, str]]:
+    """The arms `labels` (parse_arm) whose servers can run here and take requests of `shape`
+    (each one's ARMS name, framework, versions, first setting, body file), and why each of the
+    others was dropped."""
     arms: dict[str, dict] = {}
     dropped: dict[str, str] = {}
-    for name in names:
-        a = ARMS[name]
-        versions = "this tree (.venv)"
+    for label in labels:
+        a = ARMS[parse_arm(label)[0]]
+        bodies = body_file_of(a, shape)
+        if bodies is None:
+            dropped[label] = f"takes one input per request; no {shape} form"
+            continue
         if a.ensure is not None:
             usable, note = a.ensure()
-            typer.echo(f"{name}: {note}", err=True)
+            typer.echo(f"{label}: {note}", err=True)
             if not usable:
-                dropped[name] = note
+                dropped[label] = note
                 continue
-            versions = ", ".join(a.packages)
-        arms[name] = {"framework": a.framework, "versions": versions, "setting": a.sweep[0], "bodies": a.bodies}
+        arms[label] = {"arm": a.name, "framework": a.framework, "versions": _versions(a), "setting": a.sweep[0],
+                       "bodies": bodies}
     return arms, dropped
 
 
-def _sweep_settings(arms: dict[str, dict], dropped: dict[str, str], bundle: Path, path: str, work: Path,
-                    concurrency: int, warmup: int, duration: int, log_dir: Path) -> list[dict]:
+@dataclass(frozen=True)
+class Load:
+    """What every run of one invocation gets: the endpoint, the body files, the clients."""
+
+    path: str
+    work: Path  # holds bodies/ and logs/
+    concurrency: int
+    warmup: int
+    duration: int
+    items_per_request: int
+
+
+def _run_arm(label: str, entry: dict, setting: dict, load: Load, warmup: int, duration: int) -> dict:
+    """One run of the arm `label` (an entry of `arms`) at `setting`, reported under its label."""
+    run = _measure(ARMS[entry["arm"]], setting, Path(entry["target"]), load.path,
+                   load.work / "bodies" / f"{entry['bodies']}.jsonl", load.concurrency, warmup, duration,
+                   load.work / "logs", load.items_per_request)
+    run["arm"] = label
+    return run
+
+
+def _sweep_settings(arms: dict[str, dict], dropped: dict[str, str], load: Load, warmup: int,
+                    duration: int) -> list[dict]:
     """Each arm with more than one batching setting measured at each: its best becomes its
     setting in `arms` (an arm whose every setting failed moves to `dropped`); the runs."""
     sweep_runs: list[dict] = []
     for name in list(arms):
-        a = ARMS[name]
+        a = ARMS[arms[name]["arm"]]
         if len(a.sweep) < 2:
             continue
         tried = []
         for setting in a.sweep:
-            run = _measure(a, setting, bundle, path, work / "bodies" / f"{a.bodies}.jsonl", concurrency,
-                           warmup, duration, log_dir)
+            run = _run_arm(name, arms[name], setting, load, warmup, duration)
             typer.echo(_line(f"sweep {name:9s} {_setting_text(setting):40s}", run), err=True)
             tried.append(run)
         sweep_runs += tried
@@ -317,10 +387,69 @@ def _sweep_settings(arms: dict[str, dict], dropped: dict[str, str], bundle: Path
     return sweep_runs
 
 
+def resolve_bundle(model: str) -> Path:
+    """A bundle name in model_repository/, or a path to a bundle folder."""
+    given = Path(model).expanduser()
+    return (given if given.is_absolute() or given.parent != Path(".") else servers.REPO / "model_repository" / model).resolve()
+
+
+def _targets(arms: dict[str, dict], bundle: Path, hf_source: Path | None, path: str) -> None:
+    """Each arm's folder (`target`): the run's bundle, its own `@MODEL`, or the Hugging Face
+    folder; every bundle must answer on the run's endpoint."""
+    for label, entry in arms.items():
+        model = parse_arm(label)[1]
+        target = resolve_bundle(model) if model else bundle
+        if ARMS[entry["arm"]].serves == "hf-source":
+            # bench.transformer_shapes' layout: <cache>/hf/NAME beside <cache>/repository/NAME
+            target = hf_source or bundle.parent.parent / "hf" / bundle.name
+            if not (target / "config.json").is_file():
+                raise typer.BadParameter(f"{label}: no Hugging Face folder at {target}; pass --hf-source")
+        else:
+            task = json.loads((target / "config.json").read_text())["task"]
+            if ENDPOINT_OF_TASK[task] != path:
+                raise typer.BadParameter(f"{label}: {target.name} answers {ENDPOINT_OF_TASK[task]}, the run {path}")
+        entry["target"] = str(target)
+
+
+def _rounds(arms: dict[str, dict], rounds: int, load: Load) -> list[dict]:
+    runs: list[dict] = []
+    for round_ in range(rounds):
+        for name in arms:
+            run = _run_arm(name, arms[name], arms[name]["setting"], load, load.warmup, load.duration)
+            run["round"] = round_
+            runs.append(run)
+            typer.echo(_line(f"round {round_ + 1}/{rounds} {name:9s}", run), err=True)
+    return runs
+
+
+def _command(rounds: int, arm: list[str] | None, base: str, extra: dict[str, object]) -> str:
+    argv = " ".join(f"--arm {n}" for n in (arm or [])) + (f" --base {base}" if base != BASE else "")
+    options = " ".join(f"--{k} {v}" for k, v in extra.items() if v is not None)
+    return f"python -m bench.peers --rounds {rounds} {options} {argv}".replace("  ", " ").strip()
+
+
+def _write(report: dict, out_dir: Path, stem: str) -> None:
+    for name, s in report["summary"].items():
+        typer.echo(f"{name:10s} median {s['median_items_per_s']} items/s (min {s['min']}, max {s['max']}, "
+                   f"{s['runs_ok']} ok) p99 {s['median_p99_ms']} ms; service/arm {s['ratio']} "
+                   f"({s['ratio_low']} .. {s['ratio_high']})", err=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / f"{stem}.md").write_text(markdown(report))
+    plot(report, out_dir / f"{stem}.png")
+    typer.echo(f"wrote {out_dir / stem}.json, .md and .png ({report['wall_s']:.0f} s)", err=True)
+
+
 @app.command()
 def main(
-    arm: Annotated[list[str] | None, typer.Option(help=f"arms to run, in order (default all: {', '.join(ARM_ORDER)})")] = None,
-    model: Annotated[str, typer.Option(help="bundle name in model_repository/")] = "snli-attconv-light",
+    arm: Annotated[list[str] | None, typer.Option(
+        help=f"arms to run, in order, each NAME or NAME@MODEL (default: {', '.join(ARM_ORDER)}; "
+             f"all: {', '.join(ARMS)})")] = None,
+    model: Annotated[str, typer.Option(help="bundle name in model_repository/, or a bundle folder")] = "snli-attconv-light",
+    hf_source: Annotated[Path | None, typer.Option(
+        help="hf-pipeline: the Hugging Face folder the bundle was imported from (default: bench.transformer_shapes' "
+             "<cache>/hf/NAME for <cache>/repository/NAME)")] = None,
+    shape: Annotated[str, typer.Option(help=f"request shape: {' | '.join(SHAPES)} ({BATCH_INPUTS} inputs a request)")] = "single",
     dataset: Annotated[str, typer.Option(help="dataset whose test examples are sent")] = "snli",
     concurrency: Annotated[int, typer.Option()] = 32,
     rounds: Annotated[int, typer.Option(help="interleaved rounds over all arms")] = 3,
@@ -331,58 +460,46 @@ def main(
     sweep: Annotated[bool, typer.Option(help="sweep each peer's batching settings first")] = True,
     examples: Annotated[int, typer.Option()] = 2000,
     out_dir: Annotated[Path, typer.Option()] = servers.REPO / "bench" / "results" / "peers",
+    stem: Annotated[str, typer.Option(help="file name of the results in --out-dir (.json, .md, .png)")] = "peers",
     base: Annotated[str, typer.Option(help="the arm the others are compared with (service/arm ratios)")] = BASE,
 ) -> None:
     began = time.monotonic()
     # SIGTERM unwinds like Ctrl-C, so every running server is stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
     names = arm or list(ARM_ORDER)
-    unknown = sorted(set(names) - set(ARMS))
-    if unknown:
-        raise typer.BadParameter(f"unknown arm(s) {unknown}; known: {list(ARMS)}")
-    bundle = (servers.REPO / "model_repository" / model).resolve()
+    if shape not in SHAPES:
+        raise typer.BadParameter(f"unknown shape {shape!r}; known: {list(SHAPES)}")
+    try:
+        [parse_arm(n) for n in names]
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    bundle = resolve_bundle(model)
     task = json.loads((bundle / "config.json").read_text())["task"]
     path = ENDPOINT_OF_TASK[task]
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     write_bodies(test_examples(dataset, 5, examples), work / "bodies")
-    log_dir = work / "logs"
+    load = Load(path, work, concurrency, warmup, duration, SHAPES[shape])
 
-    arms, dropped = _usable_arms(names)
-    sweep_runs = (_sweep_settings(arms, dropped, bundle, path, work, concurrency, sweep_warmup, sweep_duration, log_dir)
-                  if sweep else [])
-
-    runs: list[dict] = []
-    for round_ in range(rounds):
-        for name in arms:
-            a = ARMS[name]
-            run = _measure(a, arms[name]["setting"], bundle, path, work / "bodies" / f"{a.bodies}.jsonl",
-                           concurrency, warmup, duration, log_dir)
-            run["round"] = round_
-            runs.append(run)
-            typer.echo(_line(f"round {round_ + 1}/{rounds} {name:9s}", run), err=True)
-
-    summary = summarize(runs, list(arms), base)
-    argv = " ".join(f"--arm {n}" for n in (arm or [])) + (f" --base {base}" if base != BASE else "")
+    arms, dropped = _usable_arms(names, shape)
+    _targets(arms, bundle, hf_source, path)
+    sweep_runs = _sweep_settings(arms, dropped, load, sweep_warmup, sweep_duration) if sweep else []
+    runs = _rounds(arms, rounds, load)
+    extra = {"model": model if model != "snli-attconv-light" else None, "shape": shape if shape != "single" else None,
+             "concurrency": concurrency if concurrency != 32 else None}
     report = {
-        "command": f"python -m bench.peers --rounds {rounds} {argv}".strip(),
+        "command": _command(rounds, arm, base, extra),
         "model": model, "dataset": dataset, "task": task, "endpoint": path, "concurrency": concurrency,
+        "shape": shape, "items_per_request": SHAPES[shape],
         "base": base, "rounds": rounds, "duration_s": duration, "warmup_s": warmup, "sweep_duration_s": sweep_duration,
         "machine": f"{_cpu_model()}, {os.cpu_count()} cores",
         "wrk": loadgen.wrk_version(),
         "latency_note": "wrk closed-loop latency percentiles as measured (ms)",
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_s": round(time.monotonic() - began, 1),
-        "arms": arms, "dropped": dropped, "summary": summary, "sweep_runs": sweep_runs, "runs": runs,
+        "arms": arms, "dropped": dropped, "summary": summarize(runs, list(arms), base), "sweep_runs": sweep_runs,
+        "runs": runs,
     }
-    for name, s in summary.items():
-        typer.echo(f"{name:10s} median {s['median_items_per_s']} items/s (min {s['min']}, max {s['max']}, "
-                   f"{s['runs_ok']} ok) p99 {s['median_p99_ms']} ms; service/arm {s['ratio']} "
-                   f"({s['ratio_low']} .. {s['ratio_high']})", err=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "peers.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out_dir / "peers.md").write_text(markdown(report))
-    plot(report, out_dir / "peers.png")
-    typer.echo(f"wrote {out_dir / 'peers.json'}, peers.md and peers.png ({report['wall_s']:.0f} s)", err=True)
+    _write(report, out_dir, stem)
 
 
 if __name__ == "__main__":

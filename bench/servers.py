@@ -62,7 +62,7 @@ class UvicornOptions:
 
 @dataclass
 class ServerSpec:
-    kind: str  # service | floor | naive | peer | litserve | ray | naive-ort
+    kind: str  # service | floor | naive | peer | litserve | ray | naive-ort | hf-ort | hf-pipeline
     port: int
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -163,6 +163,20 @@ def naive_ort_spec(port: int, bundle: Path) -> ServerSpec:
     """FastAPI + onnxruntime, one session.run per request (bench/naive_ort_app.py), main venv."""
     env = {"BENCH_PEER_BUNDLE": str(bundle), "BENCH_PEER_THREADS": "1"}
     return uvicorn_spec("naive-ort", "bench.naive_ort_app:create_app", port, env, UvicornOptions())
+
+
+def hf_ort_spec(port: int, bundle: Path) -> ServerSpec:
+    """FastAPI + onnxruntime on a Hugging Face classifier's model.onnx and tokenizer.json
+    (bench/hf_ort_app.py), main venv."""
+    env = {"BENCH_HF_BUNDLE": str(bundle), "BENCH_PEER_THREADS": "1"}
+    return uvicorn_spec("hf-ort", "bench.hf_ort_app:create_app", port, env, UvicornOptions())
+
+
+def hf_pipeline_spec(port: int, source: Path) -> ServerSpec:
+    """A transformers text-classification pipeline on the saved folder `source`
+    (bench/hf_pipeline_app.py), torch on one thread, main venv."""
+    env = {"BENCH_HF_SOURCE": str(source), "BENCH_TORCH_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return uvicorn_spec("hf-pipeline", "bench.hf_pipeline_app:create_app", port, env, UvicornOptions())
 
 
 def ensure_venv(venv: Path, packages: tuple[str, ...], module: str) -> tuple[bool, str]:

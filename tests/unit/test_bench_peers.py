@@ -107,3 +107,52 @@ def test_the_plot_is_written_and_closed_with_a_failed_arm_left_out(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     import matplotlib.pyplot as plt  # the figure was closed, not left open
     assert not plt.get_fignums()
+
+
+def test_an_arm_label_names_an_arm_and_optionally_its_own_model():
+    from bench.peers import parse_arm
+
+    assert parse_arm("service") == ("service", None)
+    assert parse_arm("service@snli-attconv-light") == ("service", "snli-attconv-light")
+    assert parse_arm("hf-pipeline") == ("hf-pipeline", None)
+    for bad in ("servise", "service@", "@snli-attconv-light"):
+        with pytest.raises(ValueError, match="unknown arm"):
+            parse_arm(bad)
+
+
+def test_the_batch_shape_sends_32_input_bodies_and_drops_one_input_peers():
+    from bench.peers import ARMS, SHAPES, body_file_of
+
+    assert SHAPES == {"single": 1, "batch": 32}
+    assert body_file_of(ARMS["service"], "single") == "single"
+    assert body_file_of(ARMS["hf-ort"], "batch") == "batch"
+    assert body_file_of(ARMS["bento"], "single") == "peer"
+    assert body_file_of(ARMS["bento"], "batch") is None  # its body holds one input
+
+
+def test_usable_arms_keep_their_label_its_arm_and_the_shape_body():
+    from bench.peers import _usable_arms
+
+    arms, dropped = _usable_arms(["service", "service@snli-attconv-light", "hf-ort"], "batch")
+    assert list(arms) == ["service", "service@snli-attconv-light", "hf-ort"]
+    assert arms["service@snli-attconv-light"]["arm"] == "service" and arms["hf-ort"]["bodies"] == "batch"
+    assert "onnxruntime " in arms["hf-ort"]["versions"] and not dropped
+
+
+def test_a_model_is_a_bundle_name_or_a_path(tmp_path):
+    from bench.peers import resolve_bundle
+    from bench.servers import REPO
+
+    assert resolve_bundle("snli-attconv-light") == REPO / "model_repository" / "snli-attconv-light"
+    assert resolve_bundle(str(tmp_path / "minilm-l6")) == tmp_path / "minilm-l6"
+
+
+def test_the_markdown_says_what_a_request_holds_and_what_each_arm_served():
+    runs = [run("service", 100), run("hf-ort", 50)]
+    report = {"command": "python -m bench.peers --shape batch", "finished_at": "t", "machine": "m", "model": "x",
+              "concurrency": 4, "rounds": 1, "duration_s": 10, "warmup_s": 2, "wall_s": 1.0, "items_per_request": 32,
+              "arms": {"service": {"setting": {}, "versions": "v", "target": "/b/minilm"},
+                       "hf-ort": {"setting": {}, "versions": "o", "target": "/b/minilm"}},
+              "summary": summarize(runs, ["service", "hf-ort"]), "sweep_runs": [], "runs": runs, "dropped": {}}
+    text = markdown(report)
+    assert "32 inputs a request" in text and "hf-ort: `/b/minilm`" in text

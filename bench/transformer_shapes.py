@@ -1,0 +1,151 @@
+"""Two cross-encoders with real shapes and random weights, built here (no download), for
+bench.peers' transformer arms: a MiniLM-L6-shaped and a BERT-base-shaped
+BertForSequenceClassification (3 NLI labels), each with a WordPiece tokenizer trained with
+`tokenizers` on SNLI train text (pair template `[CLS] a [SEP] b [SEP]`).
+
+Each goes the way a user's fine-tuned model would: `save_pretrained` of the model and its
+tokenizer into `<cache>/hf/<shape>`, `torch.onnx.export` of the classifier beside it
+(tests/hf_models.export_onnx: dynamic batch and sequence axes, `logits`), then
+`attserve bundle import-hf` into `<cache>/repository/<shape>` (parity-checked against
+transformers on the saved weights) and once more with `--int8 --dev` into `<shape>-int8`, on
+SNLI dev pairs. BERT-base fp32 is ~440 MB: the cache is outside git (default
+/tmp/attserve-hf-shapes).
+
+    ATTSERVE_DATA_DIR=... python -m bench.transformer_shapes [--shape minilm-l6] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bench.servers import REPO
+
+app = typer.Typer(add_completion=False)
+
+DEFAULT_CACHE = Path("/tmp/attserve-hf-shapes")
+# BERT's vocabulary size: the embedding table has its real shape even where the SNLI-trained
+# WordPiece vocabulary is smaller (ids past it are never fed).
+VOCAB_SIZE = 30_522
+SHAPES = {
+    "minilm-l6": {"num_hidden_layers": 6, "hidden_size": 384, "num_attention_heads": 12, "intermediate_size": 1536},
+    "bert-base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
+}
+NLI_LABELS = {0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def snli_texts(split: str) -> list:
+    from training.datasets import load_dataset
+
+    return list(getattr(load_dataset("snli"), split))
+
+
+def train_tokenizer(examples: list):
+    """A BERT-style WordPiece tokenizer (lower case) trained on the examples' texts, with the pair
+    template, longest-first truncation to 512 and padding with [PAD]."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    texts = (t for e in examples for t in (e.premise, e.hypothesis))
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIALS))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.enable_truncation(512)
+    return tok
+
+
+def hf_tokenizer(tok):
+    """The tokenizer as transformers saves and reloads it (tokenizer.json + tokenizer_config.json)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=512, model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+
+
+def build_model(shape: str):
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    # eager attention, as tests/hf_models.py exports it: the graph onnxruntime's attention fusion reads
+    config = BertConfig(vocab_size=VOCAB_SIZE, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0,
+                        id2label=NLI_LABELS, label2id={v: k for k, v in NLI_LABELS.items()},
+                        attn_implementation="eager", **SHAPES[shape])
+    return BertForSequenceClassification(config).eval()
+
+
+def write_dev(examples: list, path: Path) -> Path:
+    path.write_text("".join(json.dumps({"premise": e.premise, "hypothesis": e.hypothesis}) + "\n" for e in examples))
+    return path
+
+
+def import_bundle(source: Path, out: Path, *extra: str) -> str:
+    """`attserve bundle import-hf` as a user runs it; its report."""
+    argv = [str(REPO / ".venv" / "bin" / "attserve"), "bundle", "import-hf", str(source), "--task", "entailment",
+            "-o", str(out), "--force", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout.strip()
+
+
+def build_shape(shape: str, cache: Path, tok, dev_file: Path) -> dict:
+    """Save, export and import one shape (fp32 and int8); the import reports and timings."""
+    from tests.hf_models import export_onnx
+
+    source = cache / "hf" / shape
+    source.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    model = build_model(shape)
+    model.save_pretrained(source)
+    hf_tokenizer(tok).save_pretrained(source)
+    export_onnx(model, source / "model.onnx", token_types=True)
+    exported = time.monotonic()
+    fp32 = import_bundle(source, cache / "repository" / shape)
+    int8 = import_bundle(source, cache / "repository" / f"{shape}-int8", "--int8", "--dev", str(dev_file))
+    metrics = json.loads((cache / "repository" / f"{shape}-int8" / "config.json").read_text())["metrics"]["int8"]
+    return {"shape": shape, **SHAPES[shape], "onnx_bytes": (source / "model.onnx").stat().st_size,
+            "export_s": round(exported - began, 1), "import_s": round(time.monotonic() - exported, 1),
+            "import_fp32": fp32, "import_int8": int8, "int8": metrics}
+
+
+@app.command()
+def main(
+    shape: Annotated[list[str] | None, typer.Option(help=f"shapes to build (default all: {', '.join(SHAPES)})")] = None,
+    cache: Annotated[Path, typer.Option(help="where the HF folders and the bundles go (outside git)")] = DEFAULT_CACHE,
+    dev_pairs: Annotated[int, typer.Option(help="SNLI dev pairs the int8 import is measured on (one batch)")] = 32,
+) -> None:
+    names = shape or list(SHAPES)
+    unknown = sorted(set(names) - set(SHAPES))
+    if unknown:
+        raise typer.BadParameter(f"unknown shape(s) {unknown}; known: {list(SHAPES)}")
+    cache.mkdir(parents=True, exist_ok=True)
+    tok = train_tokenizer(snli_texts("train"))
+    typer.echo(f"WordPiece vocabulary {tok.get_vocab_size()} (trained on SNLI train text)", err=True)
+    dev_file = write_dev(snli_texts("dev")[:dev_pairs], cache / "snli-dev.jsonl")
+    reports = []
+    for name in names:
+        report = build_shape(name, cache, tok, dev_file)
+        typer.echo(f"{name}: {report['import_fp32']}\n{report['import_int8']}", err=True)
+        reports.append({**report, "vocabulary": tok.get_vocab_size(), "dev": str(dev_file), "dev_pairs": dev_pairs})
+    # shapes built by an earlier call stay listed unless rebuilt now
+    listed = cache / "shapes.json"
+    kept = [r for r in (json.loads(listed.read_text()) if listed.is_file() else []) if r["shape"] not in names]
+    listed.write_text(json.dumps(kept + reports, indent=2) + "\n")
+    typer.echo(f"wrote {cache / 'shapes.json'}", err=True)
+
+
+if __name__ == "__main__":
+    sys.exit(app())
