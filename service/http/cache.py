@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.tasks import TASK_OF_LABEL
 from service import tracing
-from service.inference.errors import ServiceError
+from service.inference.dataplane import admit
 from service.http.auth import TENANT
 
 if TYPE_CHECKING:
@@ -126,17 +126,16 @@ class ResponseCache:
     def raw_hit(self, service: Any, state: dict, endpoint: str, raw: bytes) -> tuple[bytes, dict[str, str]] | None:
         """The answer and headers of a body byte for byte one answered before, when the model it
         asks for resolves to the same load now; None otherwise (the caller takes the normal
-        path, which counts the miss). `service`: the registry's Service; `state`: the request's."""
+        path, which counts the miss). A stored body is admitted here, by the dataplane, as the
+        normal path would (503 while draining, the resolve's 404s: ServiceError, raised), once:
+        on a miss the load is left in `state` for the normal path. `service`: the registry's
+        Service; `state`: the request's."""
         key = (RAW, endpoint, raw, state.get(TENANT))
         stored = self._entries.get(key)
-        if stored is None or service.draining:
+        if stored is None:
             return None
         content, headers, _, identity, (model, version), ignored = stored
-        try:
-            task = TASK_OF_LABEL[endpoint].name
-            entry = service.resolve(model, task, version) if version is not None else service.resolve(model, task)
-        except ServiceError:
-            return None  # the normal path answers the error
+        entry = admit(service, model, TASK_OF_LABEL[endpoint].name, version)
         if (entry.name, self.version_of(entry), entry.load_id) != identity:
             # another load answers now (or a canary's share drew another version): the normal
             # path runs on it, misses and stores its answer
@@ -147,7 +146,6 @@ class ResponseCache:
         state["attserve_model"], state["attserve_model_version"] = entry.name, entry.version
         trace = tracing.current()
         if trace is not None:
-            trace.resolved(entry)
             trace.cache = "hit"
         answer_headers = {**headers, CACHE_HEADER: "hit"}
         if ignored is not None:

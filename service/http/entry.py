@@ -293,7 +293,11 @@ class ServiceEntry:
         cache = self.service.response_cache  # service.http.cache; None when off
         if cache is not None:
             scope["state"]["attserve_raw_body"] = raw  # stored with the answer: a repeat of these bytes
-            hit = cache.raw_hit(self.service, scope["state"], task.label, raw)
+            try:
+                hit = cache.raw_hit(self.service, scope["state"], task.label, raw)
+            except ServiceError as exc:  # admitting the stored body's model: draining, or it went
+                await service_error_response(exc, scope["path"])(scope, receive, send)
+                return
             if hit is not None:  # answered before validation (the same bytes validate the same)
                 await send_json(send, *hit)
                 return

@@ -39,10 +39,13 @@ def admit(service: Service, model: str | None, task: str, version: str | None = 
           resolved: ModelEntry | None = None) -> ModelEntry:
     """The load that serves a request for `model` (None: the task's default) of `task`: 503
     while the server drains, else `service.resolve`'s answer or its errors; `resolved`: the load
-    the response cache's raw lookup drew for this very request (a canary's share is drawn once)."""
+    the response cache's raw lookup admitted for this very request (through here: the drain
+    checked and a canary's share drawn once), returned as it is."""
+    if resolved is not None:
+        return resolved
     if service.draining:
         raise ShuttingDown("the server is shutting down", headers={"Retry-After": "1"})
-    entry = resolved or service.resolve(model, task, version)
+    entry = service.resolve(model, task, version)
     trace = tracing.current()
     if trace is not None:
         trace.resolved(entry)

@@ -60,6 +60,52 @@ def test_each_check_runs_once_for_an_entailment_request_with_inputs(service_bund
     assert sum(drain_readers.values()) == 1, drain_readers
 
 
+def test_a_response_cache_hit_is_admitted_once_and_refused_while_draining(service_bundles, monkeypatch):
+    """With the response cache on, a body answered before is admitted by the dataplane before
+    its bytes are looked up (one drain check, one resolve, no engine check); while draining, the
+    stored answer is not served: the same 503 as every other request (the raw lookup checked the
+    drain itself, and the normal path checked it again)."""
+    counts: Counter = Counter()
+    monkeypatch.setattr(Service, "resolve", counting(counts, "resolve", Service.resolve))
+    monkeypatch.setattr(Engine, "check", counting(counts, "engine.check", Engine.check))
+    drain_readers: Counter = Counter()
+
+    def read_draining(service):
+        drain_readers[sys._getframe(1).f_code.co_qualname] += 1
+        return service.__dict__["_counted_draining"]
+
+    def write_draining(service, value):
+        service.__dict__["_counted_draining"] = value
+
+    monkeypatch.setattr(Service, "draining", property(read_draining, write_draining), raising=False)
+    body = {"premise": "a man sleeps", "hypothesis": "a person rests"}
+
+    async def scenario():
+        settings = Settings(model_repository=service_bundles, max_batch_delay_ms=1, response_cache_bytes=1 << 20)
+        async with running_app(settings) as (app, client):
+            first = await client.post("/entailment", json=body)
+            counts.clear()
+            drain_readers.clear()
+            again = await client.post("/entailment", json=body)
+            hit = Counter(counts), Counter(drain_readers)
+            app.state.service.draining = True
+            drain_readers.clear()
+            during = await client.post("/entailment", json=body)
+            refused_drain_readers = Counter(drain_readers)
+            app.state.service.draining = False
+            return first, again, hit, during, refused_drain_readers
+
+    first, again, (hit_counts, hit_drain_readers), during, refused_drain_readers = asyncio.run(scenario())
+    assert first.status_code == again.status_code == 200
+    assert again.headers["x-cache"] == "hit" and again.content == first.content
+    assert hit_counts == {"resolve": 1}
+    for readers in (hit_drain_readers, refused_drain_readers):
+        readers.pop("BodyReader.read", None)  # the body reader's own look, as above
+        assert sum(readers.values()) == 1, readers
+    assert during.status_code == 503 and during.headers["retry-after"] == "1"
+    assert during.json()["error"]["code"] == "shutting_down"
+
+
 DRAINING_REQUESTS = {
     "/entailment": {"premise": "a man sleeps", "hypothesis": "a person rests"},
     "/zero-shot": {"text": "the match ended in a draw", "candidate_labels": ["sport", "politics"]},
