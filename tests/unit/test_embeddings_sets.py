@@ -126,6 +126,11 @@ def test_each_set_on_tiny_sources(fake_sources, pieces) -> None:
     assert np.array_equal(vectors, compose_from_pieces(GLOVE_WORDS, table, tokenizer))
     first_words, first = load_glove(None, "wordllama-256-first")
     assert first_words == GLOVE_WORDS and np.array_equal(first, compose_from_pieces(GLOVE_WORDS, table, tokenizer, "first"))
+    scaled_words, scaled = load_glove(None, "wordllama-256-scaled")  # the means, one factor to GloVe 100d's mean norm
+    assert scaled_words == GLOVE_WORDS
+    assert np.linalg.norm(scaled, axis=1).mean() == pytest.approx(embeddings.GLOVE_100D_MEAN_NORM, rel=1e-5)
+    factor = scaled / vectors
+    assert np.allclose(factor, factor.flat[0], rtol=1e-5) and factor.flat[0] != pytest.approx(1.0)
 
     words, vectors = load_glove(None, "spacy-md-300")  # GloVe's words first, in its order, then spaCy's others
     assert words == ["cat", "sat", "paris", "dog", "hound"] and vectors.shape == (5, 6)
