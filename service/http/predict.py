@@ -36,7 +36,7 @@ from core.tasks.base import TaskForm
 from service.http.errors import EndpointBody, register_body
 from service.http.routes import (ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, ran_headers,
                                  refuse_truncated, run_request, service_of)
-from service.http.schemas import ModelName, Text, _Body
+from service.http.schemas import ModelName, Text, _Body, _valid_text
 from service.inference.registry import Service
 
 ENDPOINT = "/predict"
@@ -54,6 +54,52 @@ class Parameters(BaseModel):
     top_k: int | None = Field(None, ge=1)
 
 
+INPUT_FORMS = "a text, a pair [a, b], or a list of texts or of pairs"
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, as an error message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _check_text(where: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} is {_json_kind(value)}; a text is a string")
+    try:
+        _valid_text(value)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def check_inputs(value: Any) -> None:
+    """ValueError, in words a caller reads, unless `value` is one of TEI's input forms."""
+    if isinstance(value, str):
+        _check_text("inputs", value)
+        return
+    if not isinstance(value, list):
+        raise ValueError(f"got {_json_kind(value)}; send {INPUT_FORMS}")
+    if not value:
+        raise ValueError("send at least one input")
+    pairs = isinstance(value[0], list)
+    for i, item in enumerate(value):
+        if isinstance(item, list) != pairs:
+            raise ValueError(f"inputs[{i}] is {_json_kind(item)} and inputs[0] {_json_kind(value[0])}; "
+                             "a list holds texts or pairs, not both")
+        if not pairs:
+            _check_text(f"inputs[{i}]", item)
+            continue
+        if len(item) != 2:
+            raise ValueError(f"inputs[{i}] has {len(item)} texts; a pair is [a, b]")
+        for j, text in enumerate(item):
+            _check_text(f"inputs[{i}][{j}]", text)
+
+
 class PredictRequest(_Body):
     endpoint_fields = ("inputs", "raw_scores", "truncate", "truncation_direction", "model", "parameters")
     explain: ClassVar[bool] = False
@@ -67,16 +113,13 @@ class PredictRequest(_Body):
     model: ModelName = None
     parameters: Parameters | None = None
 
-    @field_validator("inputs")
+    @field_validator("inputs", mode="wrap")
     @classmethod
-    def _pairs_are_pairs(cls, value: Any) -> Any:
-        if isinstance(value, list) and not value:
-            raise ValueError("send at least one input")
-        if isinstance(value, list) and isinstance(value[0], list):
-            for i, pair in enumerate(value):
-                if len(pair) != 2:
-                    raise ValueError(f"inputs[{i}] has {len(pair)} texts; a pair is [a, b]")
-        return value
+    def _inputs(cls, value: Any, handler: Any) -> Any:
+        # checked here, in the shapes a caller sends, before pydantic tries the union's three
+        # members (whose errors, all three, named its internals)
+        check_inputs(value)
+        return handler(value)
 
     def ignored_fields(self) -> list[str]:
         return list(self._ignored)  # the inputs are texts, with no fields of their own

@@ -75,6 +75,31 @@ def test_predict_errors_are_tei_shaped_4xx(service_bundles):
         assert error["error_type"] == "validation", body
 
 
+def test_predict_names_what_is_wrong_with_inputs_in_the_callers_words(service_bundles):
+    """A malformed `inputs` gets one message naming the input and what it is, not pydantic's
+    three union members (`function-after[_valid_text(), str]`, `list[list[...]]`)."""
+    cases = {
+        '{"inputs": 5}': ("got a number", "a pair [a, b]"),
+        '{"inputs": {"text": "x"}}': ("got an object",),
+        '{"inputs": null}': ("got null",),
+        '{"inputs": ["fine", 7]}': ("inputs[1] is a number", "a text is a string"),
+        '{"inputs": [["a", "b"], ["c", false]]}': ("inputs[1][1] is true/false",),
+        '{"inputs": ["a", ["b", "c"]]}': ("inputs[1] is a list", "not both"),
+        '{"inputs": ["a", "   "]}': ("inputs[1]", "empty"),
+        '{"inputs": "  "}': ("empty",),
+    }
+
+    async def scenario(client):
+        return [await client.post("/predict", content=body, headers={"content-type": "application/json"})
+                for body in cases]
+
+    for (body, words), response in zip(cases.items(), run(service_bundles, scenario)):
+        assert response.status_code == 422, (body, response.text)
+        message = response.json()["error"]
+        assert all(w in message for w in words), (body, message)
+        assert "function-after" not in message and "list[" not in message and "str]" not in message, (body, message)
+
+
 def test_predict_truncate_true_cuts_a_long_text(service_bundles):
     long = " ".join(["the team won the final ."] * 40)
 
