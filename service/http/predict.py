@@ -36,7 +36,7 @@ from core.tasks.base import TaskForm
 from service.http.errors import EndpointBody, register_body
 from service.http.routes import (ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, ran_headers,
                                  refuse_truncated, run_request, service_of)
-from service.http.schemas import ModelName, Text, _Body, _valid_text
+from service.http.schemas import ModelName, Text, RequestBody, valid_text
 from service.inference.registry import Service
 
 ENDPOINT = "/predict"
@@ -72,7 +72,7 @@ def _check_text(where: str, value: Any) -> None:
     if not isinstance(value, str):
         raise ValueError(f"{where} is {_json_kind(value)}; a text is a string")
     try:
-        _valid_text(value)
+        valid_text(value)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
 
@@ -100,7 +100,7 @@ def check_inputs(value: Any) -> None:
             _check_text(f"inputs[{i}][{j}]", text)
 
 
-class PredictRequest(_Body):
+class PredictRequest(RequestBody):
     endpoint_fields = ("inputs", "raw_scores", "truncate", "truncation_direction", "model", "parameters")
     explain: ClassVar[bool] = False
     inputs: Text | list[Text] | list[list[Text]] = Field(

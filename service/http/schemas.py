@@ -22,7 +22,7 @@ from core.tasks import TASKS, Task
 from service.http.errors import EndpointBody, close_field, register_body
 
 
-def _valid_text(text: str) -> str:
+def valid_text(text: str) -> str:
     if not text.strip():
         raise ValueError("text must not be empty or whitespace-only")
     try:
@@ -34,7 +34,7 @@ def _valid_text(text: str) -> str:
     return text
 
 
-Text = Annotated[str, AfterValidator(_valid_text)]
+Text = Annotated[str, AfterValidator(valid_text)]
 # booleans are JSON true/false only: pydantic would take 0, 1.0 or "yes", which the schema says
 # are no booleans (the fuzz test's negative-data check)
 Truncate = Annotated[StrictBool, Field(description="cut each text to the model's max length (the answer says "
@@ -47,7 +47,7 @@ Explain = Annotated[StrictBool, Field(description="also return the tokens as the
 
 
 def _open_schema(schema: dict[str, Any]) -> None:
-    schema.pop("additionalProperties", None)  # unknown fields are accepted (and ignored): see _Body
+    schema.pop("additionalProperties", None)  # unknown fields are accepted (and ignored): see RequestBody
 
 
 # Unknown fields one object (the body, or one input) may carry: more is a 422 at once. Each
@@ -56,7 +56,7 @@ def _open_schema(schema: dict[str, Any]) -> None:
 MAX_UNKNOWN_FIELDS = 16
 
 
-class _Body(BaseModel):
+class RequestBody(BaseModel):
     """A request body or one of its inputs. Unknown fields are ignored (clients add metadata:
     "lang", "id", "request_id"), and listed in the answer's X-Attserve-Ignored-Fields header,
     except one that is a near miss of a field of the endpoint ("modle", "Text"), or a field of
@@ -96,7 +96,7 @@ class _Body(BaseModel):
         return out
 
 
-def _form(value: Any) -> str:
+def body_form(value: Any) -> str:
     if isinstance(value, dict):
         return "batch" if "inputs" in value else "single"
     return "batch" if hasattr(value, "inputs") else "single"
@@ -206,17 +206,17 @@ def labelled_schemas(task: Task) -> TaskSchemas:
     texts = _text_fields(task)
     endpoint_fields = (*task.field_names, *_REQUEST_FIELDS)
     # `endpoint_fields` is set on the classes made, not passed to create_model: it is a ClassVar
-    # of _Body, not a field
-    one = create_model(f"{prefix}Input", __base__=_Body, __module__=__name__, **texts)
+    # of RequestBody, not a field
+    one = create_model(f"{prefix}Input", __base__=RequestBody, __module__=__name__, **texts)
     one.endpoint_fields = endpoint_fields
     single = create_model(f"{prefix}Request", __base__=one, __module__=__name__,
                           model=(ModelName, None), version=(ModelVersion, None), explain=(Explain, False),
                           truncate=(Truncate, True))
-    batch = create_model(f"{prefix}BatchRequest", __base__=_Body, __module__=__name__,
+    batch = create_model(f"{prefix}BatchRequest", __base__=RequestBody, __module__=__name__,
                          inputs=(list[one], Field(min_length=1)), model=(ModelName, None),
                          version=(ModelVersion, None), explain=(Explain, False), truncate=(Truncate, True))
     batch.endpoint_fields = endpoint_fields
-    body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(_form)]
+    body = Annotated[Union[Annotated[single, Tag("single")], Annotated[batch, Tag("batch")]], Discriminator(body_form)]
     if task.per_text is None:
         return TaskSchemas(body, Prediction, BatchPredictions, fields=endpoint_fields)
     prediction = create_model(f"{prefix}Prediction", __base__=Prediction, __module__=__name__,
@@ -237,7 +237,7 @@ def contract_of(task: Task) -> ModuleType | None:
 def contract_schemas(task: Task, module: ModuleType) -> TaskSchemas:
     """The schemas of a task whose module declares its contract (rerank: TEI's): the request,
     `<Prefix>Request`, takes the task's texts, the module's `REQUEST_OPTIONS` fields, then
-    `truncate`, `model` and `version`, with the service's handling of unknown fields (_Body); no
+    `truncate`, `model` and `version`, with the service's handling of unknown fields (RequestBody); no
     batch form, no `explain` (the routes read it as false); the answer is the module's
     `ANSWER`, shaped by its `answer_of(body, results)`."""
     options: type[BaseModel] | None = getattr(module, "REQUEST_OPTIONS", None)
@@ -246,7 +246,7 @@ def contract_schemas(task: Task, module: ModuleType) -> TaskSchemas:
     if clash:
         raise ValueError(f"task {task.name}: field {sorted(clash)} is taken by the request")
     texts = _text_fields(task)
-    request = create_model(f"{task.label.capitalize()}Request", __base__=_Body, __module__=__name__,
+    request = create_model(f"{task.label.capitalize()}Request", __base__=RequestBody, __module__=__name__,
                            __doc__=(options.__doc__ if options is not None else None) or task.summary,
                            **texts, **extra, truncate=(Truncate, True), model=(ModelName, None),
                            version=(ModelVersion, None))

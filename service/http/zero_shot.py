@@ -46,7 +46,7 @@ from service.http.errors import EndpointBody, generic_input, register_body
 from service.inference.errors import InvalidInput, TooManyInputs, WrongTask, excerpt
 from service.http.routes import (ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, ran_headers,
                                  run_request, service_of)
-from service.http.schemas import ErrorBody, ModelName, Text, Truncate, _Body, _form
+from service.http.schemas import ErrorBody, ModelName, Text, Truncate, RequestBody, body_form
 
 ENDPOINT = "/zero-shot"
 LABEL = "zero_shot"  # the `endpoint` metric label
@@ -82,7 +82,7 @@ def _distinct(labels: list[str]) -> list[str]:
 Template = Annotated[str, AfterValidator(_valid_template)]
 
 
-class ZeroShotInput(_Body):
+class ZeroShotInput(RequestBody):
     """One text and its candidate labels (Hugging Face's zero-shot-classification arguments)."""
 
     endpoint_fields = ("text", "candidate_labels", "hypothesis_template", "multi_label", "inputs", "model", "truncate")
@@ -104,7 +104,7 @@ class ZeroShotRequest(ZeroShotInput):
     truncate: Truncate = True
 
 
-class ZeroShotBatchRequest(_Body):
+class ZeroShotBatchRequest(RequestBody):
     """Several inputs, answered `{"results": [...]}` in input order; their pairs run as one
     batched call and count together against the request's limits."""
 
@@ -117,7 +117,7 @@ class ZeroShotBatchRequest(_Body):
 
 # one input or a batch, told apart by `inputs`, as the task endpoints' bodies (service.http.schemas)
 ZeroShotBody = Annotated[Union[Annotated[ZeroShotRequest, Tag("single")], Annotated[ZeroShotBatchRequest, Tag("batch")]],
-                         Discriminator(_form)]
+                         Discriminator(body_form)]
 # one input: the text and its labels (the template and multi_label have defaults)
 INPUT_FIELDS = ("text", "candidate_labels", "hypothesis_template", "multi_label")
 _ONE = generic_input([("text", False), ("candidate_labels", True)])

@@ -77,7 +77,7 @@ def test_predict_errors_are_tei_shaped_4xx(service_bundles):
 
 def test_predict_names_what_is_wrong_with_inputs_in_the_callers_words(service_bundles):
     """A malformed `inputs` gets one message naming the input and what it is, not pydantic's
-    three union members (`function-after[_valid_text(), str]`, `list[list[...]]`)."""
+    three union members (`function-after[valid_text(), str]`, `list[list[...]]`)."""
     cases = {
         '{"inputs": 5}': ("got a number", "a pair [a, b]"),
         '{"inputs": {"text": "x"}}': ("got an object",),

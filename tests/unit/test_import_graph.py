@@ -232,3 +232,31 @@ def test_the_layer_check_sees_a_crossing():
     assert layer_of("service.inference.engine") == "service.inference"
     assert layer_of("service.http") == "service.http" and layer_of("service.httpx") == "shared"
     assert layer_of("service.settings") == "shared"
+
+
+def private_imports(package: str) -> list[str]:
+    """`module -> other.module._name` for each underscore name a module of `package` imports from
+    another module of the project (module level or inside a function)."""
+    found = []
+    for path in (ROOT / package.replace(".", "/")).rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("service", "core"):
+                found += [f"{module} -> {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and node.module != module]
+    return sorted(found)
+
+
+def test_the_http_modules_import_no_private_name_of_another_module():
+    """The HTTP modules share what they export (the dataplane, the schemas' RequestBody and
+    valid_text), never another module's underscore names (zero_shot and predict took
+    schemas._Body, _form and _valid_text)."""
+    assert private_imports("service.http") == []
+
+
+def test_the_private_import_check_sees_one(tmp_path, monkeypatch):
+    package = tmp_path / "service" / "http"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text("def f():\n    from service.http.schemas import _Body, Text\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert private_imports("service.http") == ["service.http.a -> service.http.schemas._Body"]
