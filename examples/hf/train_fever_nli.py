@@ -106,24 +106,40 @@ def build_model(vocab_size: int, args):
     return BertForSequenceClassification(config)
 
 
+def length_grouped(rows, batch_size: int, rng: random.Random, window: int = 64):
+    """One epoch's batches in random order, each of rows of similar length (sorted within windows
+    of `window` batches), so a batch pads little: half the padded tokens of random batches."""
+    rows = rows[:]
+    rng.shuffle(rows)
+    batches = []
+    for start in range(0, len(rows), window * batch_size):
+        chunk = sorted(rows[start : start + window * batch_size], key=lambda row: len(row[0]))
+        batches += [chunk[k : k + batch_size] for k in range(0, len(chunk) - batch_size + 1, batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def fit(model, rows, args) -> dict:
-    """AdamW with warm-up, the learning rate decayed linearly over the wall-clock budget."""
+    """AdamW with warm-up, the learning rate decayed linearly over the wall-clock budget; batches of
+    similar lengths; with `balance`, the loss weighs each label alike."""
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    counts = torch.bincount(torch.tensor([label for _, _, label in rows]), minlength=len(ID2LABEL)).double()
+    # each label weighs as much in the loss (REFUTES pairs are 13% of FEVER's, NEUTRAL 54%)
+    weight = (counts.sum() / (len(counts) * counts)).float() if args.balance else None
     rng = random.Random(args.seed)
     started, step, seen, budget = time.monotonic(), 0, 0, args.minutes * 60.0
     model.train()
     while (elapsed := time.monotonic() - started) < budget:
-        rng.shuffle(rows)
-        for start in range(0, len(rows) - args.batch_size + 1, args.batch_size):
+        for batch in length_grouped(rows, args.batch_size, rng):
             elapsed = time.monotonic() - started
             if elapsed >= budget:
                 break
             for group in optimizer.param_groups:
                 group["lr"] = args.lr * min(1.0, (step + 1) / args.warmup) * max(0.0, 1.0 - elapsed / budget)
-            feeds, labels = batch_tensors(rows[start : start + args.batch_size])
-            loss = torch.nn.functional.cross_entropy(model(**feeds).logits, labels)
+            feeds, labels = batch_tensors(batch)
+            loss = torch.nn.functional.cross_entropy(model(**feeds).logits, labels, weight=weight)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -184,6 +200,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--balance", action=argparse.BooleanOptionalAction, default=True,
+                        help="weigh each label's pairs equally in the loss")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
