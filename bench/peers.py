@@ -26,6 +26,18 @@ each other (`--base service-2w`): the service with two workers (`service-2w`) an
 two replicas (`ray-2r`):
 
     python -m bench.peers --arm service-2w --arm ray-2r --base service-2w --concurrency 64
+
+A Hugging Face classifier imported with `attserve bundle import-hf` (issue 63; bench.transformer_shapes
+builds two) is served by `service`, by `hf-ort` (FastAPI + onnxruntime + tokenizers on the same
+model.onnx, one run per request) and by `hf-pipeline` (a transformers pipeline on the folder it
+was imported from, `--hf-source`). `NAME@MODEL` runs an arm on another bundle, so the AttConv
+model is measured beside it; `--shape batch` sends 32 inputs a request (items/s counts inputs):
+
+    python -m bench.peers --model /tmp/attserve-hf-shapes/repository/minilm-l6 --arm service \
+        --arm hf-ort --arm hf-pipeline --arm service@snli-attconv-light [--shape batch --concurrency 2]
+
+After each warm-up one more request is sent and its answer awaited, so the measured run does not
+share the server with the warm-up's abandoned requests (seconds of work for a transformer).
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Callable
@@ -272,6 +286,16 @@ def plot(report: dict, path: Path) -> Path:
 # --- running ---------------------------------------------------------------------------------
 
 
+def _drain(url: str, body_file: Path) -> None:
+    """Wait for the answer to one more request: the warm-up's last requests, abandoned by wrk,
+    are still being computed (seconds of them for a transformer), and a server works through
+    them before, or beside, a new one; the measured run then starts on an idle server."""
+    body = body_file.read_text(encoding="utf-8").splitlines()[0].encode()
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as response:
+        response.read()
+
+
 def _measure(arm: Arm, setting: dict, bundle: Path, path: str, body_file: Path, concurrency: int,
              warmup: int, duration: int, log_dir: Path, items_per_request: int = 1) -> dict:
     spec = arm.spec(servers.free_port(), bundle, setting)
@@ -281,9 +305,10 @@ def _measure(arm: Arm, setting: dict, bundle: Path, path: str, body_file: Path, 
         with servers.Server(spec, server_cpus, log_dir) as server:
             start_s = time.monotonic() - started
             loadgen.closed_loop(server.url, path, body_file, concurrency, warmup, wrk_cpus, items_per_request)
+            _drain(server.url + path, body_file)
             run = loadgen.closed_loop(server.url, path, body_file, concurrency, duration, wrk_cpus, items_per_request)
         run["start_s"] = round(start_s, 1)
-    except (servers.ServerError, loadgen.LoadGeneratorError, subprocess.TimeoutExpired) as error:
+    except (servers.ServerError, loadgen.LoadGeneratorError, subprocess.TimeoutExpired, urllib.error.URLError) as error:
         run = {"error": str(error)[-1500:]}
     run.update(arm=arm.name, setting=setting, load_1m=round(os.getloadavg()[0], 2))
     run["failed"] = is_failed(run)
@@ -485,7 +510,8 @@ def main(
     sweep_runs = _sweep_settings(arms, dropped, load, sweep_warmup, sweep_duration) if sweep else []
     runs = _rounds(arms, rounds, load)
     extra = {"model": model if model != "snli-attconv-light" else None, "shape": shape if shape != "single" else None,
-             "concurrency": concurrency if concurrency != 32 else None}
+             "concurrency": concurrency if concurrency != 32 else None, "duration": duration if duration != 10 else None,
+             "warmup": warmup if warmup != 2 else None, "hf-source": hf_source}
     report = {
         "command": _command(rounds, arm, base, extra),
         "model": model, "dataset": dataset, "task": task, "endpoint": path, "concurrency": concurrency,

@@ -11,7 +11,8 @@ transformers on the saved weights) and once more with `--int8 --dev` into `<shap
 SNLI dev pairs. BERT-base fp32 is ~440 MB: the cache is outside git (default
 /tmp/attserve-hf-shapes).
 
-    ATTSERVE_DATA_DIR=... python -m bench.transformer_shapes [--shape minilm-l6] [--cache DIR]
+    ATTSERVE_DATA_DIR=... python -m bench.transformer_shapes build [--shape minilm-l6] [--cache DIR]
+    ATTSERVE_DATA_DIR=... python -m bench.transformer_shapes calls   # one graph call, timed (below)
 """
 
 from __future__ import annotations
@@ -121,8 +122,69 @@ def build_shape(shape: str, cache: Path, tok, dev_file: Path) -> dict:
             "import_fp32": fp32, "import_int8": int8, "int8": metrics}
 
 
+def _session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(tok, pairs: list[tuple[str, str]], length: int | None = None) -> dict:
+    import numpy as np
+
+    tok.enable_padding(pad_id=0, length=length)
+    encodings = tok.encode_batch(pairs)
+    columns = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+    return {name: np.array([getattr(e, c) for e in encodings], dtype=np.int64) for name, c in columns.items()}
+
+
+def call_times(shape: str, cache: Path, repeats: int = 7) -> dict:
+    """Median ms of one onnxruntime call (1 thread) on SNLI test pairs: one pair, 32 pairs padded to
+    their longest, 32 padded to 64 (the service's length bucket past 32); the graph as exported
+    and as onnxruntime.transformers.optimizer fuses it (Attention, SkipLayerNormalization, ...)."""
+    import numpy as np
+    from onnxruntime.transformers.optimizer import optimize_model
+    from tokenizers import Tokenizer
+
+    from bench.workloads import test_examples
+
+    source = cache / "hf" / shape
+    fused_path = cache / f"{shape}-fused.onnx"
+    fused = optimize_model(str(source / "model.onnx"), model_type="bert", num_heads=SHAPES[shape]["num_attention_heads"],
+                           hidden_size=SHAPES[shape]["hidden_size"], opt_level=0)
+    fused.save_model_to_file(str(fused_path))
+    sessions = {"exported": _session(source / "model.onnx"), "fused": _session(fused_path)}
+    tok = Tokenizer.from_file(str(source / "tokenizer.json"))
+    pairs = [(e.premise, e.hypothesis) for e in test_examples("snli", 5, 32)]
+    cases = {"1 pair": _feeds(tok, pairs[:1]), "32 pairs, longest": _feeds(tok, pairs),
+             "32 pairs, bucket 64": _feeds(tok, pairs, 64)}
+    logits = [s.run(["logits"], cases["32 pairs, longest"])[0] for s in sessions.values()]
+    report: dict = {"shape": shape, "max_abs_logit_diff_fused": float(np.abs(logits[0] - logits[1]).max())}
+    for case, feeds in cases.items():
+        times: dict[str, list[float]] = {name: [] for name in sessions}
+        for _ in range(repeats if "32" in case else 4 * repeats):
+            for name, session in sessions.items():  # interleaved
+                began = time.perf_counter()
+                session.run(["logits"], feeds)
+                times[name].append(time.perf_counter() - began)
+        report[case] = {"feed_shape": list(feeds["input_ids"].shape),
+                        **{name: round(float(np.median(t)) * 1000, 2) for name, t in times.items()}}
+    return report
+
+
 @app.command()
-def main(
+def calls(
+    shape: Annotated[list[str] | None, typer.Option(help="shapes to time (default all)")] = None,
+    cache: Annotated[Path, typer.Option(help="where `build` put them")] = DEFAULT_CACHE,
+) -> None:
+    """Time one graph call per case (call_times) and print the figures as JSON."""
+    for name in shape or list(SHAPES):
+        typer.echo(json.dumps(call_times(name, cache)))
+
+
+@app.command()
+def build(
     shape: Annotated[list[str] | None, typer.Option(help=f"shapes to build (default all: {', '.join(SHAPES)})")] = None,
     cache: Annotated[Path, typer.Option(help="where the HF folders and the bundles go (outside git)")] = DEFAULT_CACHE,
     dev_pairs: Annotated[int, typer.Option(help="SNLI dev pairs the int8 import is measured on (one batch)")] = 32,
