@@ -75,7 +75,8 @@ def hf_tokenizer(tok):
         mask_token="[MASK]", model_max_length=512, model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
-def build_model(shape: str):
+def build_model(sizes: dict):
+    """A BertForSequenceClassification of `sizes` (an entry of SHAPES), random weights."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -83,8 +84,21 @@ def build_model(shape: str):
     # eager attention, as tests/hf_models.py exports it: the graph onnxruntime's attention fusion reads
     config = BertConfig(vocab_size=VOCAB_SIZE, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0,
                         id2label=NLI_LABELS, label2id={v: k for k, v in NLI_LABELS.items()},
-                        attn_implementation="eager", **SHAPES[shape])
+                        attn_implementation="eager", **sizes)
     return BertForSequenceClassification(config).eval()
+
+
+def save_and_export(source: Path, sizes: dict, tok) -> Path:
+    """What a user has after fine-tuning and exporting: `source` with the weights, config and
+    tokenizer (`save_pretrained`) and model.onnx beside them."""
+    from tests.hf_models import export_onnx
+
+    source.mkdir(parents=True, exist_ok=True)
+    model = build_model(sizes)
+    model.save_pretrained(source)
+    hf_tokenizer(tok).save_pretrained(source)
+    export_onnx(model, source / "model.onnx", token_types=True)
+    return source
 
 
 def write_dev(examples: list, path: Path) -> Path:
@@ -104,15 +118,8 @@ def import_bundle(source: Path, out: Path, *extra: str) -> str:
 
 def build_shape(shape: str, cache: Path, tok, dev_file: Path) -> dict:
     """Save, export and import one shape (fp32 and int8); the import reports and timings."""
-    from tests.hf_models import export_onnx
-
-    source = cache / "hf" / shape
-    source.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    model = build_model(shape)
-    model.save_pretrained(source)
-    hf_tokenizer(tok).save_pretrained(source)
-    export_onnx(model, source / "model.onnx", token_types=True)
+    source = save_and_export(cache / "hf" / shape, SHAPES[shape], tok)
     exported = time.monotonic()
     fp32 = import_bundle(source, cache / "repository" / shape)
     int8 = import_bundle(source, cache / "repository" / f"{shape}-int8", "--int8", "--dev", str(dev_file))

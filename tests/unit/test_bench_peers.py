@@ -156,3 +156,38 @@ def test_the_markdown_says_what_a_request_holds_and_what_each_arm_served():
               "summary": summarize(runs, ["service", "hf-ort"]), "sweep_runs": [], "runs": runs, "dropped": {}}
     text = markdown(report)
     assert "32 inputs a request" in text and "hf-ort: `/b/minilm`" in text
+
+
+def test_the_transformer_peers_answer_as_the_service_alone_and_batched(tmp_path):
+    """bench.transformer_shapes' export path at a tiny size: the FastAPI + onnxruntime peer and
+    the transformers pipeline peer score each pair as the service's runtime does."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from bench.hf_ort_app import HfOnnxModel
+    from bench.hf_pipeline_app import PipelineModel
+    from bench.transformer_shapes import save_and_export, train_tokenizer
+    from export.import_hf import build_config, served_scores, write_import
+    from service.inference.runtime import CPU, ModelRuntime
+    from tests.hf_models import CORPUS
+
+    pairs = [("a man is playing a guitar on the stage .", "a person is making music ."),
+             ("the cat sleeps .", "nobody is in the kitchen ."), ("two dogs run across the snowy field .", "dogs run")]
+    tok = train_tokenizer([SimpleNamespace(premise=a, hypothesis=b) for a, b in zip(CORPUS, CORPUS[1:])])
+    source = save_and_export(tmp_path / "hf" / "tiny", {"num_hidden_layers": 2, "hidden_size": 32,
+                                                        "num_attention_heads": 2, "intermediate_size": 48}, tok)
+    bundle = tmp_path / "repository" / "tiny"
+    write_import(*build_config(source, "entailment", "tiny", None, None), bundle)
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    alone, together = served_scores(runtime, pairs)  # (n, 3) in the bundle's label order
+    expected = [dict(zip(runtime.config.labels, row)) for row in alone]
+    assert max(abs(alone - together).ravel()) < 1e-5
+    inputs = [{"premise": a, "hypothesis": b} for a, b in pairs]
+    for peer in (HfOnnxModel(bundle), PipelineModel(str(source))):
+        batched = peer.predict(inputs)
+        single = [peer.predict([x])[0] for x in inputs]
+        for answers in (batched, single):
+            for answer, want in zip(answers, expected, strict=True):
+                assert answer["scores"].keys() == want.keys()
+                assert all(abs(answer["scores"][k] - want[k]) < 1e-5 for k in want), (type(peer).__name__, answer)
