@@ -196,6 +196,7 @@ def build(
     cache: Annotated[Path, typer.Option(help="where the HF folders and the bundles go (outside git)")] = DEFAULT_CACHE,
     dev_pairs: Annotated[int, typer.Option(help="SNLI dev pairs the int8 import is measured on (one batch)")] = 32,
 ) -> None:
+    """Build, export and import (fp32 and --int8) each shape into the cache."""
     names = shape or list(SHAPES)
     unknown = sorted(set(names) - set(SHAPES))
     if unknown:
