@@ -36,6 +36,12 @@ CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 # Smallest length bucket: below it padding costs less than an extra shape.
 MIN_LENGTH_BUCKET = 8
+# A transformers bundle's sequences (a pair's two texts in one) take length buckets every
+# MIN_LENGTH_BUCKET tokens up to this many, then powers of two: a transformer's cost grows with
+# every padded token, and SNLI-sized pairs (20-50 tokens) padded to powers of two ran 1.42x
+# their tokens, to steps of 8 1.13x (bench/results/peers-transformers); the four extra shapes are
+# short ones, cheap to warm up.
+TRANSFORMER_STEPS_UP_TO = 64
 # Any real id for warm-up inputs ([UNK]); the values do not matter, the shapes do.
 WARMUP_ID = 1
 # The CUDAExecutionProvider options /v1/models reports, as onnxruntime has them in force.
@@ -71,12 +77,13 @@ def load_runtime(bundle: str | Path, settings: Settings, threads: int | None = N
     return ModelRuntime.load(bundle, requested_providers(settings.device), threads, settings.cuda_provider_options())
 
 
-def length_buckets(max_length: int, smallest: int = MIN_LENGTH_BUCKET) -> list[int]:
-    """Powers of two from `smallest` below `max_length`, then `max_length` itself."""
+def length_buckets(max_length: int, smallest: int = MIN_LENGTH_BUCKET, steps_up_to: int = 0) -> list[int]:
+    """Powers of two from `smallest` below `max_length`, then `max_length` itself; with
+    `steps_up_to`, every multiple of `smallest` up to it first (then powers of two on)."""
     out, n = [], smallest
     while n < max_length:
         out.append(n)
-        n *= 2
+        n = n + smallest if n < steps_up_to else n * 2
     return out + [max_length]
 
 
@@ -656,7 +663,7 @@ class TransformersRuntime(ModelRuntime):
         self.listed_first = listed_first(TASKS[self.config.task])
         # verification: the logit of "the evidence does not decide the claim"
         self.undecided = self.config.labels.index(UNDECIDED_LABEL) if self.list_inputs and self.labelled else None
-        self.buckets = {SEQUENCE: length_buckets(spec.max_length)}
+        self.buckets = {SEQUENCE: length_buckets(spec.max_length, steps_up_to=TRANSFORMER_STEPS_UP_TO)}
         self._bucket_of_length = {SEQUENCE: [bucket_of(n, self.buckets[SEQUENCE]) for n in range(spec.max_length + 1)]}
 
     @classmethod

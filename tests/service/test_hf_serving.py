@@ -119,7 +119,7 @@ def test_models_lists_the_kind(repository):
         "bert-rerank": ("transformers", "rerank", "ready"), "bert-fever": ("transformers", "verification", "ready")}
     assert listed["bert-rerank"]["max_evidence"] == 4
     assert listed["roberta-nli"]["labels"] == LABELS
-    assert listed["bert-nli"]["length_buckets"] == {"input_ids": [8, 16, 32, 40]}
+    assert listed["bert-nli"]["length_buckets"] == {"input_ids": [8, 16, 24, 32, 40]}
 
 
 def test_rerank_with_a_cross_encoder(repository):

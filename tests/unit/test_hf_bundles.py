@@ -81,6 +81,27 @@ def test_sequences_are_the_tokenizers_own(imported, kind):
     assert [e.truncated for e in items(runtime, PAIRS)] == [False, False, False, True, True, True]
 
 
+def test_sequences_pad_to_steps_of_8_tokens_up_to_64_then_powers_of_two():
+    """A transformer's cost grows with every padded token: a sequence pads to the next multiple of
+    8 up to 64 tokens (a 19-token pair runs as 24, not 32), then to a power of two."""
+    from service.inference.runtime import MIN_LENGTH_BUCKET, TRANSFORMER_STEPS_UP_TO, length_buckets
+
+    assert length_buckets(512, steps_up_to=TRANSFORMER_STEPS_UP_TO) == [8, 16, 24, 32, 40, 48, 56, 64, 128, 256, 512]
+    assert length_buckets(512) == [8, 16, 32, 64, 128, 256, 512]  # the attserve kind's, per field: unchanged
+    assert MIN_LENGTH_BUCKET == 8
+
+
+def test_a_bundles_items_take_the_fine_buckets(imported):
+    export, bundle = imported["bert"]
+    runtime = ModelRuntime.load(bundle, [CPU], 1)
+    for e in items(runtime, PAIRS):
+        length = len(e.item.ids[0])
+        assert e.item.shape == (next(b for b in runtime.buckets["input_ids"] if b >= length),)
+        assert e.item.shape[0] - length < 8 or length > 64
+    warmed = {item.shape for _, item in runtime.warmup_shapes(32, 16384)}
+    assert warmed == {(b,) for b in runtime.buckets["input_ids"]}  # every bucket warmed, no first request pays
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_logits_equal_transformers_forward(imported, kind):
     """Served logits, one pair at a time and as one padded batch of mixed lengths (with the
