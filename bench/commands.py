@@ -48,7 +48,7 @@ def _bench_gpu(out: Path | None, repository: Path, model: list[str] | None, gpu_
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     name, dataset = (_model_pairs(model) or (("snli-attconv-light", "snli"),))[0]
-    target = out or Path("bench/results/gpu")
+    target = out or Path("bench-results/gpu")
     gpu.run(target, repository, name, dataset, gpu_workers, duration or 10, examples or 2000)
     typer.echo(str(target / "results.json"))
 
@@ -87,7 +87,7 @@ def _prepare_workloads(options: BenchOptions, work: Path, say: Callable[[str], N
 
 def bench(
     mode: Annotated[str, typer.Option(help="short (tiny model, < 2 min, used by CI) or full (the real bundles).")] = "short",
-    out: Annotated[Optional[Path], typer.Option(help="Output directory (default bench/results/short or bench/results).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (default bench-results/short or bench-results).")] = None,
     repository: Annotated[Path, typer.Option(help="Model repository with the bundles (full mode).")] = Path("model_repository"),
     checkpoints: Annotated[Optional[Path], typer.Option(
         help="Directory of checkpoints named like the bundles (naive server, ORT vs PyTorch); full mode.")] = Path("checkpoints"),
@@ -102,7 +102,7 @@ def bench(
                                                     help="py-spy the service under load (default: full mode only).")] = None,
     work: Annotated[Optional[Path], typer.Option(help="Directory for body files, server logs, the tiny model (default: a temp dir).")] = None,
     device: Annotated[str, typer.Option(help="cpu (the suite above) or cuda: the GPU bench (bench/gpu.py) into "
-                                             "bench/results/gpu: engine ceiling at grid shapes, engine on the request "
+                                             "bench-results/gpu: engine ceiling at grid shapes, engine on the request "
                                              "bodies, the service at c=64/256 with 1 and --gpu-workers workers, on CUDA "
                                              "and the same host's CPU provider.")] = "cpu",
     gpu_workers: Annotated[int, typer.Option(help="--device cuda: the N of the N-worker arms.")] = 8,

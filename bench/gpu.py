@@ -1,5 +1,5 @@
 """`attserve bench --device cuda`: the service on a GPU against its own engine and the
-CPU provider of the same host, written to bench/results/gpu/ (results.json, results.md).
+CPU provider of the same host, written to bench-results/gpu/ (results.json, results.md).
 
     attserve bench --device cuda [--model snli-attconv-light:snli] [--gpu-workers 8] [--duration 10]
 

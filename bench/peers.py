@@ -17,7 +17,7 @@ own virtualenv with pinned versions (bench.servers *_PACKAGES) and its own batch
    ratio of the service's median to the arm's, and its spread (service min / arm max, service
    max / arm min).
 
-    python -m bench.peers                      # writes bench/results/peers/peers.{json,md,png}
+    python -m bench.peers                      # writes bench-results/peers/peers.{json,md,png}
     python -m bench.peers --rounds 5 --arm service --arm litserve
 
 The service arm is bench.servers.service_spec with the service's default batching settings
@@ -484,7 +484,7 @@ def main(
     sweep_warmup: Annotated[int, typer.Option()] = 2,
     sweep: Annotated[bool, typer.Option(help="sweep each peer's batching settings first")] = True,
     examples: Annotated[int, typer.Option()] = 2000,
-    out_dir: Annotated[Path, typer.Option()] = servers.REPO / "bench" / "results" / "peers",
+    out_dir: Annotated[Path, typer.Option()] = servers.REPO / "bench-results" / "peers",
     stem: Annotated[str, typer.Option(help="file name of the results in --out-dir (.json, .md, .png)")] = "peers",
     base: Annotated[str, typer.Option(help="the arm the others are compared with (service/arm ratios)")] = BASE,
 ) -> None:

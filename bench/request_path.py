@@ -8,7 +8,7 @@ not see (the loop thread's wait for it is not counted either). cProfile slows ev
 so the profiled req/s is far below the real one: read the shares, not the absolute times, and
 `bench.ab` for the throughput (the floors beside it in the README come from there).
 
-    .venv/bin/python -m bench.request_path --seconds 5 --out bench/results/request-path
+    .venv/bin/python -m bench.request_path --seconds 5 --out bench-results/request-path
 
 `--stages` instead measures a 32-input request from bytes in to bytes out, per stage and per
 input (issue 57), in CPU time, which other work on a shared core disturbs far less than wall
@@ -17,7 +17,7 @@ the server process (unprofiled), then each stage of the path is timed alone, in 
 same bodies (`StageTimer`, the process's CPU time while the server idles); what the stages do not
 account for is the HTTP stack, the event loop and the metrics around them.
 
-    .venv/bin/python -m bench.request_path --stages --dataset snli --out bench/results/request-path
+    .venv/bin/python -m bench.request_path --stages --dataset snli --out bench-results/request-path
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def stages_main(seconds: int, warmup: int, concurrency: int, model: str, dataset
 
 
 def main(seconds: int = 5, warmup: int = 2, concurrency: int = 32, model: str = "snli-attconv-light",
-         server_cpu: str = "0", client_cpu: str = "1", out: Path = Path("bench/results/request-path"),
+         server_cpu: str = "0", client_cpu: str = "1", out: Path = Path("bench-results/request-path"),
          stages: bool = typer.Option(False, help="profile 32-input requests stage by stage (c=4 unless --concurrency)"),
          dataset: str = typer.Option("snli", help="--stages: the dataset whose test pairs are sent (or a .jsonl file)")) -> None:
     if stages:

@@ -16,7 +16,7 @@ sequence through service.http.cache.ResponseCache with the answers' real sizes t
 only: on the hot path a miss also stores its raw body's entry, about doubling what an answer
 costs; the hot 50 still stay in 256 KiB, and 64 KiB still holds no cycle).
 
-    python -m bench.response_cache --out bench/results/cache-54/ab.json
+    python -m bench.response_cache --out bench-results/cache-54/ab.json
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def expected_hit_share(lines: list[str], max_bytes: int, answer_bytes: int = 190
 
 @app.command()
 def main(
-    out: Annotated[Path, typer.Option(help="the bench.ab report (JSON)")] = Path("bench/results/cache-54/ab.json"),
+    out: Annotated[Path, typer.Option(help="the bench.ab report (JSON)")] = Path("bench-results/cache-54/ab.json"),
     repeats: Annotated[int, typer.Option()] = 5,
     duration: Annotated[int, typer.Option(help="seconds per run")] = 10,
     concurrency: Annotated[int, typer.Option()] = 32,

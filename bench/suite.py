@@ -55,7 +55,7 @@ DEFAULT_MODELS = (("snli-attconv-light", "snli"), ("fever-attconv", "fever"),
 @dataclass
 class BenchOptions:
     mode: str = "short"
-    out: Path = Path("bench/results/short")
+    out: Path = Path("bench-results/short")
     work: Path | None = None  # body files, server logs, the short mode's model; a temp dir if None
     repository: Path = Path("model_repository")
     checkpoints: Path | None = Path("checkpoints")
@@ -81,11 +81,11 @@ class BenchOptions:
     def for_mode(cls, mode: str, **overrides) -> "BenchOptions":
         if mode == "short":
             # < 2 minutes on the tiny model: two concurrencies, 2 s runs, no peer, knobs or profile.
-            base = dict(out=Path("bench/results/short"), concurrencies=(1, RATIO_CONCURRENCY), duration_s=2,
+            base = dict(out=Path("bench-results/short"), concurrencies=(1, RATIO_CONCURRENCY), duration_s=2,
                         warmup_s=0, examples=256, engine_seconds=0.3, act_length=32, peer=False, knobs=False,
                         profile=False)
         elif mode == "full":
-            base = dict(out=Path("bench/results"))
+            base = dict(out=Path("bench-results"))
         else:
             raise ValueError(f"mode must be short or full, got {mode!r}")
         base.update({k: v for k, v in overrides.items() if v is not None})

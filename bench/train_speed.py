@@ -3,7 +3,7 @@ torch sees one, on CUDA, through the trainer's own step loop (training.trainer.t
 autocast, DataLoader workers, fused optimizer as `attserve train` chooses them per device).
 
     python -m bench.train_speed recipes/gpu/*.toml --data-dir training-pack [--device all] \
-        [--steps 40] [--warmup 5] [--threads 0] [--json bench/results/train-speed/cpu.json]
+        [--steps 40] [--warmup 5] [--threads 0] [--json bench-results/train-speed/cpu.json]
     python -m bench.train_speed RECIPE --data-dir training-pack --device cpu --ab-precision 8 --steps 4
         # fp32 against bf16 autocast, 8 interleaved rounds of 4 steps each
     python -m bench.train_speed RECIPE --device cpu --vectors glove-6b-100d --vectors wordllama-256

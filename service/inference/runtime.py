@@ -39,7 +39,7 @@ MIN_LENGTH_BUCKET = 8
 # A transformers bundle's sequences (a pair's two texts in one) take length buckets every
 # MIN_LENGTH_BUCKET tokens up to this many, then powers of two: a transformer's cost grows with
 # every padded token, and SNLI-sized pairs (20-50 tokens) padded to powers of two ran 1.42x
-# their tokens, to steps of 8 1.13x (bench/results/peers-transformers); the four extra shapes are
+# their tokens, to steps of 8 1.13x (bench-results/peers-transformers); the four extra shapes are
 # short ones, cheap to warm up.
 TRANSFORMER_STEPS_UP_TO = 64
 # Any real id for warm-up inputs ([UNK]); the values do not matter, the shapes do.
@@ -586,7 +586,7 @@ class ModelRuntime:
         over those shapes; best-of-2 timings, a batch's warm-up run (`timed`: (size, shape) ->
         seconds) counting as one of its two, which saves a third of the warm-up (bbc-act 6.9 ->
         4.6 s). Measured on this machine and provider, it tracks the split that is fastest in
-        bench (bench/results/plan-calls)."""
+        bench (bench-results/plan-calls)."""
         timed = timed or {}
 
         def fastest(items: list[Item], repeats: int, best: float = math.inf) -> float:

@@ -183,12 +183,12 @@ def test_metrics_split_is_the_delta_between_scrapes() -> None:
 
 
 def test_committed_ratios_follow_from_their_own_runs() -> None:
-    """bench/results/results.json, the run the README quotes: every ratio is recomputed here
+    """bench-results/results.json, the run the README quotes: every ratio is recomputed here
     from the runs recorded in the same file (a ratio with numerator and denominator swapped, taken
     at the wrong concurrency or batch size, or left stale after the runs were redone breaks this),
     and every run a ratio uses answered every request with a 2xx (errors would otherwise count
     as throughput)."""
-    r = json.loads((REPO / "bench" / "results" / "results.json").read_text())
+    r = json.loads((REPO / "bench-results" / "results.json").read_text())
     name, c = r["primary_workload"], r["settings"]["ratio_concurrency"]
     service, ceiling = r["service"][name], r["engine_ceiling"][name]["pinned"]
     single, batch = service["single"]["pinned"], service["batch32"]["pinned"]

@@ -3,7 +3,7 @@ what the shipped bundles and the bench record: the README's "Bundled models" tab
 `parity.max_abs_diff`, the float16 footnote) and the out-of-domain table (`card.ood_dev`,
 `card.unknown_token_share`), each figure rounded as printed; and the Performance section's
 ratio table (measured, target, met, and the quoted A / B figures) against
-`bench/results/results.json`. Retrain, re-export or re-run the bench without updating the README
+`bench-results/results.json`. Retrain, re-export or re-run the bench without updating the README
 and this names the cell. Reads JSON and Markdown only."""
 
 from __future__ import annotations
@@ -135,9 +135,9 @@ def test_out_of_domain_table_matches_the_cards(readme):
                                  percent(ood["fever-symmetric"]["majority"])], (majority, ood)
 
 
-# --- the Performance section's ratio table vs bench/results/results.json ---------------------
+# --- the Performance section's ratio table vs bench-results/results.json ---------------------
 
-RESULTS = ROOT / "bench" / "results" / "results.json"
+RESULTS = ROOT / "bench-results" / "results.json"
 # the README row (by the start of its first cell) -> the ratio(s) of results.json it prints
 RATIO_ROWS = {
     "service / engine ceiling, single-item": ("service_single_vs_engine",),
