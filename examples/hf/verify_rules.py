@@ -18,7 +18,8 @@ Offline, from what `/entailment` (the entailment bundle of the same export) answ
   mean            the mean of the sentences' probabilities, argmax
 
 Per rule: 3-way accuracy, SUPPORTS vs REFUTES accuracy (the 3-way answer on the claims that are
-SUPPORTS or REFUTES), and NOT ENOUGH INFO recall.
+SUPPORTS or REFUTES), NOT ENOUGH INFO recall, and the balanced accuracy (the mean of the three
+recalls: the accuracy at equal label shares, which a rule cannot win by never answering one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 FEVER = ["SUPPORTS", "NOT ENOUGH INFO", "REFUTES"]
 NLI = ["entailment", "neutral", "contradiction"]  # the same order: column k of a probability row is FEVER[k]
-THRESHOLDS = np.round(np.arange(0.30, 0.951, 0.05), 2)
+THRESHOLDS = np.round(np.arange(0.0, 0.951, 0.05), 2)  # 0: never NOT ENOUGH INFO
 
 
 def post_batches(client, path: str, inputs: list[dict], model: str, batch: int) -> list[dict]:
@@ -76,9 +77,11 @@ def max_e_vs_max_c(probs: np.ndarray, threshold: float) -> int:
 
 def scores(gold: np.ndarray, predicted: np.ndarray) -> dict:
     decided = gold != 1
+    recalls = [float((predicted[gold == k] == k).mean()) for k in range(len(FEVER)) if (gold == k).any()]
     return {"claims": int(len(gold)), "accuracy": round(float((predicted == gold).mean()), 4),
             "supports_vs_refutes": round(float((predicted[decided] == gold[decided]).mean()), 4),
-            "nei_recall": round(float((predicted[~decided] == 1).mean()), 4)}
+            "nei_recall": round(float((predicted[~decided] == 1).mean()), 4),
+            "balanced_accuracy": round(float(np.mean(recalls)), 4)}
 
 
 def two_fold_threshold(per_claim: list[np.ndarray], gold: np.ndarray) -> tuple[np.ndarray, list[float]]:
@@ -123,10 +126,10 @@ def main() -> None:
     claims = [json.loads(line) for line in args.dev.read_text(encoding="utf-8").splitlines() if line.strip()]
     claims = claims[: args.limit] if args.limit else claims
     report = compare(claims, *ask_service(claims, args.url, args.verify_model, args.nli_model, args.batch))
-    print("| rule | accuracy | SUPPORTS vs REFUTES | NEI recall |\n|---|---|---|---|")
+    print("| rule | accuracy | SUPPORTS vs REFUTES | NEI recall | balanced accuracy |\n|---|---|---|---|---|")
     for name, figures in report.items():
         if isinstance(figures, dict):
-            print(f"| {name} | {figures['accuracy']:.4f} | {figures['supports_vs_refutes']:.4f} | {figures['nei_recall']:.4f} |")
+            print(f"| {name} | {figures['accuracy']:.4f} | {figures['supports_vs_refutes']:.4f} | {figures['nei_recall']:.4f} | {figures['balanced_accuracy']:.4f} |")
     print(f"{len(claims)} claims; served /verify agrees with the recomputed rule on "
           f"{report['agreement served vs recomputed']:.2%} of them")
     if args.out:

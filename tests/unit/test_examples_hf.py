@@ -38,7 +38,8 @@ def test_max_e_vs_max_c_threshold_is_chosen_on_the_other_half():
 def test_scores_split_decided_claims_from_nei():
     gold, predicted = np.array([0, 2, 1, 1]), np.array([0, 1, 1, 0])
     figures = verify_rules.scores(gold, predicted)
-    assert figures == {"claims": 4, "accuracy": 0.5, "supports_vs_refutes": 0.5, "nei_recall": 0.5}
+    assert figures == {"claims": 4, "accuracy": 0.5, "supports_vs_refutes": 0.5, "nei_recall": 0.5,
+                       "balanced_accuracy": 0.5}
 
 
 def test_training_pairs_label_each_sentence():
