@@ -26,7 +26,7 @@ step() {  # step NAME COMMAND...: run it, print its wall time
   start=$(date +%s.%N)
   "$@"
   end=$(date +%s.%N)
-  printf '== %-28s %7.1f s\n' "$name" "$(echo "$end - $start" | bc)"
+  awk -v name="$name" -v s="$start" -v e="$end" 'BEGIN { printf "== %-28s %7.2f s\n", name, e - s }'
 }
 
 export_model() {
