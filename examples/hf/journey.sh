@@ -35,6 +35,12 @@ export_model() {
   # with a newer transformers it fails at import and the torch.onnx route writes the same folder
   if $OPTIMUM_CLI export onnx --model "$MODEL" --task text-classification "$EXPORTED" >"$WORK/optimum.log" 2>&1; then
     echo "exported with optimum-cli"
+    # a tokenizer saved by transformers 5 (tokenizer_class TokenizersBackend) is one transformers 4
+    # cannot load, and optimum then writes none, without an error: take the model's own file
+    if [ ! -f "$EXPORTED/tokenizer.json" ]; then
+      echo "optimum wrote no tokenizer.json: copying the model's"
+      cp "$MODEL/tokenizer.json" "$EXPORTED/"
+    fi
   else
     echo "optimum-cli failed: $(grep -E 'Error|error' "$WORK/optimum.log" | tail -1)"
     echo "exporting with torch.onnx (examples/hf/export_onnx.py)"
