@@ -57,14 +57,15 @@ class HfOnnxModel:
                  "model": self.name, "truncated": bool(e.overflowing)} for p, e in zip(probs, encodings)]
 
 
-def create_app():
+def entailment_app(model: Any, title: str):
+    """A FastAPI app answering /entailment (one pair or `inputs`) with `model.predict` on a list
+    of {"premise", "hypothesis"} dicts, warmed up once; the plain peers' one app."""
     from fastapi import FastAPI
 
     from service.http.schemas import TASK_SCHEMAS
 
     EntailmentBody = TASK_SCHEMAS["entailment"].body
-    model = HfOnnxModel(os.environ["BENCH_HF_BUNDLE"], int(os.environ.get("BENCH_PEER_THREADS", "1")))
-    app = FastAPI(title="FastAPI + onnxruntime, a Hugging Face classifier")
+    app = FastAPI(title=title)
 
     @app.post("/entailment")
     def entailment(body: EntailmentBody) -> Any:
@@ -79,3 +80,8 @@ def create_app():
     model.predict([{"premise": "warm", "hypothesis": "up"}])
     freeze_gc()
     return app
+
+
+def create_app():
+    model = HfOnnxModel(os.environ["BENCH_HF_BUNDLE"], int(os.environ.get("BENCH_PEER_THREADS", "1")))
+    return entailment_app(model, "FastAPI + onnxruntime, a Hugging Face classifier")

@@ -17,8 +17,7 @@ import os
 import threading
 from typing import Any
 
-from bench.hf_ort_app import LABELS
-from bench.naive_ort_app import freeze_gc
+from bench.hf_ort_app import LABELS, entailment_app
 
 
 class PipelineModel:
@@ -46,24 +45,5 @@ class PipelineModel:
 
 
 def create_app():
-    from fastapi import FastAPI
-
-    from service.http.schemas import TASK_SCHEMAS
-
-    EntailmentBody = TASK_SCHEMAS["entailment"].body
     model = PipelineModel(os.environ["BENCH_HF_SOURCE"], int(os.environ.get("BENCH_TORCH_THREADS", "1")))
-    app = FastAPI(title="transformers pipeline server")
-
-    @app.post("/entailment")
-    def entailment(body: EntailmentBody) -> Any:
-        if hasattr(body, "inputs"):
-            return {"results": model.predict([x.model_dump() for x in body.inputs])}
-        return model.predict([body.model_dump()])[0]
-
-    @app.get("/health/ready")
-    def ready() -> dict:
-        return {"status": "ready"}
-
-    model.predict([{"premise": "warm", "hypothesis": "up"}])
-    freeze_gc()
-    return app
+    return entailment_app(model, "transformers pipeline server")

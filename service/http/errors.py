@@ -191,7 +191,8 @@ def inference_endpoints() -> list[str]:
 MAX_REPORTED = 3
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """What a JSON value is, as an error message names it ("a number", "null", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -231,7 +232,7 @@ def _describe(err: dict, path: str) -> str:
     "; send ..." hint: `_validation_message` says it once for the whole message)."""
     kind = err.get("type", "")
     where = json_path(tuple(err.get("loc", ()))) or "body"
-    got = _json_type(err.get("input"))
+    got = json_type(err.get("input"))
     spec = ENDPOINT_BODIES.get(path)
     example = spec.example if spec is not None else "a JSON object"
     # the field itself (a name of the body, uncut), for the checks below

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from core.tasks import TASKS, classification, entailment
 from core.tasks.base import TaskForm
-from service.http.errors import EndpointBody, register_body
+from service.http.errors import EndpointBody, json_type, register_body
 from service.http.routes import (ANSWER_JSON, IGNORED_FIELDS_HEADER, admit_request, ignored_header, ran_headers,
                                  refuse_truncated, run_request, service_of)
 from service.http.schemas import ModelName, Text, RequestBody, valid_text
@@ -57,20 +57,9 @@ class Parameters(BaseModel):
 INPUT_FORMS = "a text, a pair [a, b], or a list of texts or of pairs"
 
 
-def _json_kind(value: Any) -> str:
-    """What a JSON value is, as an error message names it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-
-
 def _check_text(where: str, value: Any) -> None:
     if not isinstance(value, str):
-        raise ValueError(f"{where} is {_json_kind(value)}; a text is a string")
+        raise ValueError(f"{where} is {json_type(value)}; a text is a string")
     try:
         valid_text(value)
     except ValueError as exc:
@@ -83,13 +72,13 @@ def check_inputs(value: Any) -> None:
         _check_text("inputs", value)
         return
     if not isinstance(value, list):
-        raise ValueError(f"got {_json_kind(value)}; send {INPUT_FORMS}")
+        raise ValueError(f"got {json_type(value)}; send {INPUT_FORMS}")
     if not value:
         raise ValueError("send at least one input")
     pairs = isinstance(value[0], list)
     for i, item in enumerate(value):
         if isinstance(item, list) != pairs:
-            raise ValueError(f"inputs[{i}] is {_json_kind(item)} and inputs[0] {_json_kind(value[0])}; "
+            raise ValueError(f"inputs[{i}] is {json_type(item)} and inputs[0] {json_type(value[0])}; "
                              "a list holds texts or pairs, not both")
         if not pairs:
             _check_text(f"inputs[{i}]", item)

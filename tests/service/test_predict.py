@@ -83,7 +83,7 @@ def test_predict_names_what_is_wrong_with_inputs_in_the_callers_words(service_bu
         '{"inputs": {"text": "x"}}': ("got an object",),
         '{"inputs": null}': ("got null",),
         '{"inputs": ["fine", 7]}': ("inputs[1] is a number", "a text is a string"),
-        '{"inputs": [["a", "b"], ["c", false]]}': ("inputs[1][1] is true/false",),
+        '{"inputs": [["a", "b"], ["c", false]]}': ("inputs[1][1] is a boolean",),
         '{"inputs": ["a", ["b", "c"]]}': ("inputs[1] is a list", "not both"),
         '{"inputs": ["a", "   "]}': ("inputs[1]", "empty"),
         '{"inputs": "  "}': ("empty",),

@@ -191,3 +191,17 @@ def test_the_transformer_peers_answer_as_the_service_alone_and_batched(tmp_path)
             for answer, want in zip(answers, expected, strict=True):
                 assert answer["scores"].keys() == want.keys()
                 assert all(abs(answer["scores"][k] - want[k]) < 1e-5 for k in want), (type(peer).__name__, answer)
+    # and the peers' one app (bench.hf_ort_app.entailment_app; the pipeline peer's too, not built
+    # here a second time: torch sets its thread counts once a process) answers both request forms
+    from fastapi.testclient import TestClient
+
+    import bench.hf_ort_app as ort_app
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BENCH_HF_BUNDLE", str(bundle))
+        patch.setattr(ort_app, "freeze_gc", lambda: None)  # a server's start-up, not this test process's
+        client = TestClient(ort_app.create_app())
+    one = client.post("/entailment", json=inputs[0]).json()
+    many = client.post("/entailment", json={"inputs": inputs}).json()["results"]
+    for answer, want in zip([one, *many], [expected[0], *expected], strict=True):
+        assert all(abs(answer["scores"][k] - want[k]) < 1e-5 for k in want), answer
