@@ -22,6 +22,22 @@ def counting(counts: Counter, name: str, method):
     return counted
 
 
+def counting_drain_reads(monkeypatch) -> Counter:
+    """Service.draining made a property that counts who reads it (by the reading function's
+    name); Service sets `draining` in __init__, which the setter takes."""
+    readers: Counter = Counter()
+
+    def read_draining(service):
+        readers[sys._getframe(1).f_code.co_qualname] += 1
+        return service.__dict__["_counted_draining"]
+
+    def write_draining(service, value):
+        service.__dict__["_counted_draining"] = value
+
+    monkeypatch.setattr(Service, "draining", property(read_draining, write_draining), raising=False)
+    return readers
+
+
 def test_each_check_runs_once_for_an_entailment_request_with_inputs(service_bundles, monkeypatch):
     """The drain, the model's resolution, the engine's checks and the room in the queue: each
     once for one /entailment request with `inputs` (the task route and the engine's queueing
@@ -30,17 +46,7 @@ def test_each_check_runs_once_for_an_entailment_request_with_inputs(service_bund
     monkeypatch.setattr(Service, "resolve", counting(counts, "resolve", Service.resolve))
     monkeypatch.setattr(Engine, "check", counting(counts, "engine.check", Engine.check))
     monkeypatch.setattr(Batcher, "check_room", counting(counts, "check_room", Batcher.check_room))
-    drain_readers: Counter = Counter()
-
-    def read_draining(service):
-        drain_readers[sys._getframe(1).f_code.co_qualname] += 1
-        return service.__dict__["_counted_draining"]
-
-    def write_draining(service, value):
-        service.__dict__["_counted_draining"] = value
-
-    # Service sets `draining` in __init__: a property with a setter takes that assignment
-    monkeypatch.setattr(Service, "draining", property(read_draining, write_draining), raising=False)
+    drain_readers = counting_drain_reads(monkeypatch)
     body = {"inputs": [{"premise": "a man sleeps", "hypothesis": "a person rests"},
                        {"premise": "a dog runs", "hypothesis": "an animal moves"}]}
 
@@ -68,16 +74,7 @@ def test_a_response_cache_hit_is_admitted_once_and_refused_while_draining(servic
     counts: Counter = Counter()
     monkeypatch.setattr(Service, "resolve", counting(counts, "resolve", Service.resolve))
     monkeypatch.setattr(Engine, "check", counting(counts, "engine.check", Engine.check))
-    drain_readers: Counter = Counter()
-
-    def read_draining(service):
-        drain_readers[sys._getframe(1).f_code.co_qualname] += 1
-        return service.__dict__["_counted_draining"]
-
-    def write_draining(service, value):
-        service.__dict__["_counted_draining"] = value
-
-    monkeypatch.setattr(Service, "draining", property(read_draining, write_draining), raising=False)
+    drain_readers = counting_drain_reads(monkeypatch)
     body = {"premise": "a man sleeps", "hypothesis": "a person rests"}
 
     async def scenario():
