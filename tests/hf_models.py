@@ -104,23 +104,14 @@ def build_model(kind: str, vocab_size: int, id2label: dict[int, str]):
 
 
 def export_onnx(model, path: Path, token_types: bool) -> None:
-    """torch.onnx.export of the classifier, as optimum lays it out (inputs by name, `logits`)."""
+    """torch.onnx.export of the classifier, as optimum lays it out (inputs by name, `logits`):
+    the route examples/hf/export_onnx.py documents, on an example batch of ones."""
     import torch
 
+    from examples.hf.export_onnx import export_logits
+
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
-    example = tuple(torch.ones((2, 7), dtype=torch.long) for _ in names)
-
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *feeds):
-            return self.model(**dict(zip(names, feeds))).logits
-
-    axes = {name: {0: "batch", 1: "sequence"} for name in names}
-    torch.onnx.export(Logits(), example, str(path), input_names=names, output_names=["logits"],
-                      dynamic_axes={**axes, "logits": {0: "batch"}}, opset_version=17, dynamo=False)
+    export_logits(model, path, names, tuple(torch.ones((2, 7), dtype=torch.long) for _ in names))
 
 
 def build_export(kind: str, root: Path, id2label: dict[int, str] = NLI_LABELS, *, weights: bool = True) -> Path:

@@ -14,13 +14,10 @@ import argparse
 from pathlib import Path
 
 
-def export(model_dir: Path, out: Path, opset: int = 17) -> None:
+def export_logits(model, path: Path, names: list[str], example: tuple, opset: int = 17) -> None:
+    """torch.onnx.export of a sequence classifier, as optimum lays it out: its feeds `names` by
+    name (batch and sequence axes dynamic), its logits alone out as `logits`."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir)).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if model.config.type_vocab_size > 1 else [])
 
     class Logits(torch.nn.Module):
         """The feeds by position, as torch.onnx passes them; the logits alone out."""
@@ -32,12 +29,22 @@ def export(model_dir: Path, out: Path, opset: int = 17) -> None:
         def forward(self, *feeds):
             return self.model(**dict(zip(names, feeds, strict=True))).logits
 
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    torch.onnx.export(Logits(), example, str(path), input_names=names, output_names=["logits"],
+                      dynamic_axes={**axes, "logits": {0: "batch"}}, opset_version=opset, dynamo=False)
+
+
+def export(model_dir: Path, out: Path, opset: int = 17) -> None:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if model.config.type_vocab_size > 1 else [])
     example = tokenizer([["a premise .", "a hypothesis ."]] * 2, return_tensors="pt")
     example = tuple(example.get(n, torch.zeros_like(example["input_ids"])) for n in names)
     out.mkdir(parents=True, exist_ok=True)
-    axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    torch.onnx.export(Logits(), example, str(out / "model.onnx"), input_names=names, output_names=["logits"],
-                      dynamic_axes={**axes, "logits": {0: "batch"}}, opset_version=opset, dynamo=False)
+    export_logits(model, out / "model.onnx", names, example, opset)
     tokenizer.save_pretrained(str(out))
     model.config.save_pretrained(str(out))
 
