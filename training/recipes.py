@@ -149,7 +149,7 @@ class EmbeddingsSection(_Strict):
         "The pinned vector set: glove-6b-50d (PyPI, 400k words), glove-6b-100d (npm, 341k words: no single letters such as "
         "\"a\", no word starting with a digit, no non-ASCII word; `attserve data` needs npm to fetch it), wordllama-256 "
         "(WordLlama's pieces averaged into a vector per GloVe word; wordllama-256-first: the first piece; wordllama-256-scaled: the averages scaled to glove-6b-100d's mean norm), spacy-md-300 "
-        "(spaCy en_core_web_md), or sets joined by \"+\" (`glove-6b-100d+wordllama-256`: their vectors concatenated). "
+        "(spaCy en_core_web_md), random-256 (a control: seeded random rows at WordLlama's width and scale), or sets joined by \"+\" (`glove-6b-100d+wordllama-256`: their vectors concatenated). "
         "Measured against each other: docs/models.md, \"Pretrained vector sets\"."))
     glove_file: str | None = Field(None, description=(
         "A GloVe text file (`word v1 ... vD` per line) read instead of the pinned package: other GloVe sets, or the "

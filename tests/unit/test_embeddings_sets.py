@@ -4,6 +4,7 @@ concatenations, and the embedding matrix built from them for a tiny vocabulary."
 
 from __future__ import annotations
 
+import logging
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 import training.datasets as datasets
 import training.embeddings as embeddings
-from training.embeddings import (compose_from_pieces, embedding_matrix, load_glove, murmurhash64a, read_spacy_vectors,
+from training.embeddings import (VECTOR_SETS, compose_from_pieces, embedding_matrix, load_glove, murmurhash64a, read_spacy_vectors,
                                  vector_set_parts, vectors_width, wordllama_pieces)
 
 pytest.importorskip("wordllama")
@@ -132,6 +133,12 @@ def test_each_set_on_tiny_sources(fake_sources, pieces) -> None:
     factor = scaled / vectors
     assert np.allclose(factor, factor.flat[0], rtol=1e-5) and factor.flat[0] != pytest.approx(1.0)
 
+    random_words, random = load_glove(None, "random-256")  # the control: no content, WordLlama's width and scale
+    assert random_words == GLOVE_WORDS and random.shape == (len(GLOVE_WORDS), 256) and random.dtype == np.float32
+    assert np.linalg.norm(random, axis=1).mean() == pytest.approx(embeddings.WORDLLAMA_MEAN_NORM, rel=1e-5)
+    assert np.array_equal(random, load_glove(None, "random-256")[1])  # the same rows on every load
+    assert not np.allclose(random, vectors)
+
     words, vectors = load_glove(None, "spacy-md-300")  # GloVe's words first, in its order, then spaCy's others
     assert words == ["cat", "sat", "paris", "dog", "hound"] and vectors.shape == (5, 6)
     assert np.array_equal(vectors, SPACY_ROWS[[2, 1, 0, 3, 3]])
@@ -167,9 +174,19 @@ def test_embedding_matrix_from_a_concatenated_set(fake_sources, pieces) -> None:
         assert 0 < np.abs(matrix[unknown]).max() < 0.05 * 6
 
 
+def test_every_set_states_its_licence(fake_sources, pieces, caplog) -> None:
+    assert all(spec.licence for spec in VECTOR_SETS.values())
+    assert "Llama 2 Community License" in VECTOR_SETS["wordllama-256"].licence and "PDDL" in VECTOR_SETS["glove-6b-100d"].licence
+    with caplog.at_level(logging.INFO, logger="training.embeddings"):
+        load_glove(None, "glove-6b-100d+wordllama-256")
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("loaded vectors")]
+    assert record.licences == {name: VECTOR_SETS[name].licence for name in ("glove-6b-100d", "wordllama-256")}
+
+
 def test_vector_set_names() -> None:
     assert vector_set_parts("glove-6b-100d+wordllama-256") == ["glove-6b-100d", "wordllama-256"]
     assert vectors_width("glove-6b-100d+wordllama-256") == 356 and vectors_width("spacy-md-300") == 300
+    assert vectors_width("glove-6b-100d+random-256") == vectors_width("glove-6b-100d+wordllama-256")
     for bad in ("glove-6b-300d", "glove-6b-50d+glove-6b-50d", "glove-6b-50d+", "wordllama"):
         with pytest.raises(ValueError, match="unknown vectors"):
             vector_set_parts(bad)
