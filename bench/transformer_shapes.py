@@ -5,7 +5,7 @@ BertForSequenceClassification (3 NLI labels), each with a WordPiece tokenizer tr
 
 Each goes the way a user's fine-tuned model would: `save_pretrained` of the model and its
 tokenizer into `<cache>/hf/<shape>`, `torch.onnx.export` of the classifier beside it
-(tests/hf_models.export_onnx: dynamic batch and sequence axes, `logits`), then
+(examples/hf/export_onnx.export_logits, the route the docs give users: dynamic batch and sequence axes, `logits`), then
 `attserve bundle import-hf` into `<cache>/repository/<shape>` (parity-checked against
 transformers on the saved weights) and once more with `--int8 --dev` into `<shape>-int8`, on
 SNLI dev pairs. BERT-base fp32 is ~440 MB: the cache is outside git (default
@@ -81,7 +81,7 @@ def build_model(sizes: dict):
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    # eager attention, as tests/hf_models.py exports it: the graph onnxruntime's attention fusion reads
+    # eager attention, as the tests' tiny models export it: the graph onnxruntime's attention fusion reads
     config = BertConfig(vocab_size=VOCAB_SIZE, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0,
                         id2label=NLI_LABELS, label2id={v: k for k, v in NLI_LABELS.items()},
                         attn_implementation="eager", **sizes)
@@ -91,13 +91,16 @@ def build_model(sizes: dict):
 def save_and_export(source: Path, sizes: dict, tok) -> Path:
     """What a user has after fine-tuning and exporting: `source` with the weights, config and
     tokenizer (`save_pretrained`) and model.onnx beside them."""
-    from tests.hf_models import export_onnx
+    import torch
+
+    from examples.hf.export_onnx import export_logits
 
     source.mkdir(parents=True, exist_ok=True)
     model = build_model(sizes)
     model.save_pretrained(source)
     hf_tokenizer(tok).save_pretrained(source)
-    export_onnx(model, source / "model.onnx", token_types=True)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    export_logits(model, source / "model.onnx", names, tuple(torch.ones((2, 7), dtype=torch.long) for _ in names))
     return source
 
 

@@ -108,6 +108,11 @@ def imported_roots(package: str) -> set[str]:
     return roots
 
 
+def test_the_benchmarks_import_nothing_from_the_tests():
+    """Tests may drive bench's harnesses; bench never leans on a test helper."""
+    assert "tests" not in imported_roots("bench")
+
+
 def test_the_core_points_nowhere_and_imports_nothing_heavy():
     """core/ is what training, export and the service share: it imports none of them, nor
     torch, onnxruntime or a web framework (the serving image and the trainer both carry it)."""
