@@ -189,7 +189,7 @@ def table(
     typer.echo(markdown(rows, runs))
     for run in runs:
         if run.kind == "curve":
-            typer.echo(f"{run.name}: dev by step " + ", ".join(f"{s} {100 * a:.1f}" for s, a in run.record()["dev_accuracy_by_step"].items()))
+            typer.echo(f"{run.name}: dev by step " + ", ".join(f"{e['step']} {100 * e['dev_accuracy']:.1f}" for e in run.budgeted))
         elif run.kind == "full":
             typer.echo(f"{run.name}: dev {100 * run.dev_accuracy:.1f} after {len(run.budgeted)} epochs")
     if unfinished:
@@ -197,7 +197,11 @@ def table(
     if json_out is not None:
         records = [r.record() for r in runs]
         json_out.write_text(json.dumps({
-            "issue": 64, "summary": rows,
+            "issue": 64, "date": time.strftime("%Y-%m-%d"),
+            "note": ("dev_accuracy: a run's best dev evaluation within its recipe's epochs (the checkpoint the recipe keeps); "
+                     "standard_error: the standard deviation over seeds / sqrt(runs). Each run: nice -n 19 attserve train "
+                     "recipes/compare/NAME.toml --threads 1 --no-progress, on one thread of a shared 2-core CPU."),
+            "summary": rows,
             "runs": [r for r, run in zip(records, runs) if run.kind == "budget"],
             "curves": [r for r, run in zip(records, runs) if run.kind == "curve"],
             "converged": [r for r, run in zip(records, runs) if run.kind == "full"],
