@@ -91,16 +91,13 @@ def build_model(sizes: dict):
 def save_and_export(source: Path, sizes: dict, tok) -> Path:
     """What a user has after fine-tuning and exporting: `source` with the weights, config and
     tokenizer (`save_pretrained`) and model.onnx beside them."""
-    import torch
-
     from examples.hf.export_onnx import export_logits
 
     source.mkdir(parents=True, exist_ok=True)
     model = build_model(sizes)
     model.save_pretrained(source)
     hf_tokenizer(tok).save_pretrained(source)
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    export_logits(model, source / "model.onnx", names, tuple(torch.ones((2, 7), dtype=torch.long) for _ in names))
+    export_logits(model, source / "model.onnx", ["input_ids", "attention_mask", "token_type_ids"])
     return source
 
 

@@ -105,13 +105,10 @@ def build_model(kind: str, vocab_size: int, id2label: dict[int, str]):
 
 def export_onnx(model, path: Path, token_types: bool) -> None:
     """torch.onnx.export of the classifier, as optimum lays it out (inputs by name, `logits`):
-    the route examples/hf/export_onnx.py documents, on an example batch of ones."""
-    import torch
-
+    the route examples/hf/export_onnx.py documents, on its default example batch of ones."""
     from examples.hf.export_onnx import export_logits
 
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
-    export_logits(model, path, names, tuple(torch.ones((2, 7), dtype=torch.long) for _ in names))
+    export_logits(model, path, ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else []))
 
 
 def build_export(kind: str, root: Path, id2label: dict[int, str] = NLI_LABELS, *, weights: bool = True) -> Path:

@@ -14,10 +14,14 @@ import argparse
 from pathlib import Path
 
 
-def export_logits(model, path: Path, names: list[str], example: tuple, opset: int = 17) -> None:
+def export_logits(model, path: Path, names: list[str], example: tuple | None = None, opset: int = 17) -> None:
     """torch.onnx.export of a sequence classifier, as optimum lays it out: its feeds `names` by
-    name (batch and sequence axes dynamic), its logits alone out as `logits`."""
+    name (batch and sequence axes dynamic), its logits alone out as `logits`. The example batch
+    only fixes the traced shapes' ranks; none given, a (2, 7) batch of ones per feed."""
     import torch
+
+    if example is None:
+        example = tuple(torch.ones((2, 7), dtype=torch.long) for _ in names)
 
     class Logits(torch.nn.Module):
         """The feeds by position, as torch.onnx passes them; the logits alone out."""
