@@ -226,13 +226,19 @@ WORDLLAMA_MEAN_NORM = 7.7
 RANDOM_SET_SEED = 64
 
 
+def scaled_to_mean_norm(vectors: np.ndarray, mean_norm: float) -> np.ndarray:
+    """`vectors` (rows) times the one factor that makes their mean row norm `mean_norm`, in place
+    (directions and relative lengths kept)."""
+    vectors *= np.float32(mean_norm / np.linalg.norm(vectors, axis=1).mean())
+    return vectors
+
+
 def _random(width: int, mean_norm: float) -> Callable[[list[str]], np.ndarray]:
     """The control set: a row per word from one seeded standard normal draw (row i for the i-th
     word), every row scaled by one factor so that their mean norm is `mean_norm`."""
     def compose(words: list[str]) -> np.ndarray:
         vectors = np.random.default_rng(RANDOM_SET_SEED).standard_normal((len(words), width), dtype=np.float32)
-        vectors *= np.float32(mean_norm / np.linalg.norm(vectors, axis=1).mean())
-        return vectors
+        return scaled_to_mean_norm(vectors, mean_norm)
 
     return compose
 
@@ -243,9 +249,7 @@ def _wordllama(how: str, mean_norm: float | None = None) -> Callable[[list[str]]
     def compose(words: list[str]) -> np.ndarray:
         table, tokenizer = wordllama_pieces()
         vectors = compose_from_pieces(words, table, tokenizer, how)
-        if mean_norm is not None:
-            vectors *= np.float32(mean_norm / np.linalg.norm(vectors, axis=1).mean())
-        return vectors
+        return vectors if mean_norm is None else scaled_to_mean_norm(vectors, mean_norm)
 
     return compose
 
